@@ -1,0 +1,40 @@
+# One-command entry points. Each creates .venv when missing and installs what it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo docs bench lint clean venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# CPU torch first (a pinned wheel; never a CUDA build), then the package with its extras.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test,docs]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests torchmetrics_diff
+
+demo: $(STAMP)
+	$(VENV)/bin/torchrun --nproc-per-node=2 --master-addr=127.0.0.1 --master-port=0 examples/train_clip_ddp.py
+
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+
+bench: $(STAMP)
+	$(PY) -m pip install -q torchmetrics
+	$(PY) benchmarks/run_all.py
+
+lint: $(STAMP)
+	$(PY) -m pip install -q ruff
+	$(PY) -m ruff check torchmetrics_diff tests benchmarks examples
+
+clean:
+	rm -rf docs/_build .pytest_cache build *.egg-info
