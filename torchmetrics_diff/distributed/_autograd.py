@@ -1,0 +1,94 @@
+"""Differentiable collectives: each one a small ``autograd.Function`` whose backward is the adjoint.
+
+``mode`` selects the backward:
+
+- ``"local"``: a rank differentiates only its own slot, so the backward needs no communication. Exact when
+  every rank computes the *same* function of the gathered data (what a replicated loss does), up to the
+  gradient averaging of the trainer, which the caller compensates for.
+- ``"sync"``: the true adjoint. Every rank's gradient for every slot is summed and delivered to the slot's
+  owner (reduce-scatter for gathers, all-reduce for reductions), so it is exact even when ranks compute
+  different functions of the gathered data (a sharded loss). Every rank must then run the backward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchmetrics_diff.distributed._backend import Group, all_gather_flat, all_reduce_, reduce_scatter_flat
+
+
+class _AllGatherFlat(torch.autograd.Function):
+    """``(n,)`` on each rank -> ``(W, n)``: row ``i`` is rank ``i``'s input."""
+
+    @staticmethod
+    def forward(ctx: Any, flat: torch.Tensor, group: Group, rank: int, world: int, mode: str) -> torch.Tensor:
+        ctx.group, ctx.rank, ctx.mode = group, rank, mode
+        out = flat.new_empty(world * flat.numel())
+        all_gather_flat(out, flat.contiguous(), group)
+        return out.view(world, flat.numel())
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        if ctx.mode == "local":
+            return grad[ctx.rank].clone(), None, None, None, None
+        out = grad.new_empty(grad.shape[1])
+        reduce_scatter_flat(out, grad.contiguous().view(-1), ctx.group)
+        return out, None, None, None, None
+
+
+class _AllReduce(torch.autograd.Function):
+    """Elementwise reduction across ranks; min/max send gradient only to the holders of the extremum.
+
+    Ties are split evenly among the ranks (and elements) that hold the extremum, like ``torch.amax``. The
+    count of holders is all-reduced in forward, so the backward of ``"local"`` mode stays communication-free.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, op: str, group: Group, world: int, mode: str, count_ties: bool
+    ) -> torch.Tensor:
+        ctx.op, ctx.group, ctx.world, ctx.mode = op, group, world, mode
+        out = x.detach().clone(memory_format=torch.contiguous_format)
+        all_reduce_(out, "sum" if op == "mean" else op, group)
+        if op == "mean":
+            out /= world
+        if count_ties and op in ("min", "max"):
+            holder = x.detach() == out
+            count = holder.to(x.dtype)
+            all_reduce_(count, "sum", group)
+            ctx.save_for_backward(holder, count)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        if ctx.mode == "sync":
+            grad = grad.clone(memory_format=torch.contiguous_format)
+            all_reduce_(grad, "sum", ctx.group)
+        if ctx.op == "mean":
+            grad = grad / ctx.world
+        elif ctx.op in ("min", "max"):
+            holder, count = ctx.saved_tensors
+            grad = torch.where(holder, grad / count.clamp_min(1), torch.zeros_like(grad))
+        return grad, None, None, None, None, None
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity in forward; multiplies the gradient by ``scale`` in backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.scale, None
+
+
+def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """Return ``x`` unchanged whose gradient is multiplied by ``scale`` (no-op when ``scale == 1``)."""
+    if scale == 1 or not x.requires_grad:
+        return x
+    return _ScaleGrad.apply(x, scale)

@@ -1,0 +1,98 @@
+"""Thin, version-aware access to ``torch.distributed``: who am I, how many are we, which collective to call.
+
+Everything that depends on the torch version or the backend is decided here, once, at import time, so the
+rest of the package calls one function per operation and never probes ``torch.distributed`` itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+Group = Optional[Any]  # a ``ProcessGroup`` or ``None`` for the default (WORLD) group
+
+# torch 2.13 renamed the flat-buffer collectives; older releases only have the first spelling.
+_all_gather_flat = getattr(dist, "all_gather_single", None) or getattr(dist, "all_gather_into_tensor", None)
+_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or getattr(
+    dist, "reduce_scatter_tensor", None
+)
+
+_REDUCE_OPS = {"sum": "SUM", "min": "MIN", "max": "MAX"}
+
+# Stable integer codes so dtypes can travel inside an int64 metadata tensor. Append only.
+_DTYPES: tuple[torch.dtype, ...] = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+)
+_DTYPE_CODE = {dt: i for i, dt in enumerate(_DTYPES)}
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """Return the wire code of ``dtype``; raise ``TypeError`` naming it when it cannot be synced."""
+    try:
+        return _DTYPE_CODE[dtype]
+    except KeyError:
+        raise TypeError(f"dtype {dtype} cannot be communicated; supported: {list(_DTYPES)}") from None
+
+
+def dtype_from_code(code: int) -> torch.dtype:
+    """Inverse of :func:`dtype_code`."""
+    return _DTYPES[code]
+
+
+def is_distributed() -> bool:
+    """``True`` when ``torch.distributed`` is available and a default process group exists."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def group_size(group: Group = None) -> int:
+    """Number of ranks in ``group``; 1 when not running distributed."""
+    return dist.get_world_size(group) if is_distributed() else 1
+
+
+def group_rank(group: Group = None) -> int:
+    """This process's rank *within* ``group``.
+
+    Raises:
+        ValueError: when this process is not a member of ``group``.
+    """
+    if not is_distributed():
+        return 0
+    rank = dist.get_rank(group)
+    if rank < 0:
+        members = dist.get_process_group_ranks(group)
+        raise ValueError(
+            f"global rank {dist.get_rank()} is not a member of `group` (its global ranks are {members}); "
+            "call the collective only on ranks that belong to the group"
+        )
+    return rank
+
+
+def all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:
+    """``out[i * n:(i + 1) * n] = inp`` of rank ``i``, for 1-D ``inp`` of ``n`` elements on every rank."""
+    if inp.dtype == torch.bool:  # not every backend reduces or gathers bool; bytes always travel
+        _all_gather_flat(out.view(torch.uint8), inp.view(torch.uint8), group=group)
+    else:
+        _all_gather_flat(out, inp, group=group)
+
+
+def reduce_scatter_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:
+    """``out`` = the ``rank``-th of ``W`` equal chunks of the elementwise sum of every rank's ``inp``."""
+    _reduce_scatter_flat(out, inp, op=dist.ReduceOp.SUM, group=group)
+
+
+def all_reduce_(tensor: torch.Tensor, op: str, group: Group = None) -> None:
+    """In-place all-reduce of ``tensor`` with ``op`` in ``{"sum", "min", "max"}``."""
+    dist.all_reduce(tensor, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]), group=group)

@@ -1,0 +1,250 @@
+"""Public collectives with autograd: ``gather_all_tensors``, ``all_gather_cat``, ``all_reduce``.
+
+Each call issues the same collectives on every rank whatever the local data: one small metadata exchange
+(ndim, dtype, shape, op, grad mode, whether the input requires grad), validated identically on every rank so a
+disagreement raises the same ``RuntimeError`` everywhere instead of hanging, then one data collective.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from torchmetrics_diff.distributed._autograd import _AllGatherFlat, _AllReduce
+from torchmetrics_diff.distributed._backend import (
+    Group,
+    all_gather_flat,
+    dtype_code,
+    dtype_from_code,
+    group_rank,
+    group_size,
+)
+
+GRAD_MODES = ("none", "local", "sync")
+REDUCE_OPS = ("sum", "mean", "min", "max")
+_MAX_NDIM = 16
+_FIXED = 5  # ndim, dtype, requires_grad, op, grad mode
+
+
+class _Peer(NamedTuple):
+    """What one rank declared in the metadata exchange."""
+
+    ndim: int
+    dtype: torch.dtype
+    requires_grad: bool
+    op: int
+    mode: int
+    shape: tuple[int, ...]
+
+
+def _check_args(fn: str, tensor: object, grad: str) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{fn}: `tensor` must be a torch.Tensor; got {type(tensor).__name__}")
+    if grad not in GRAD_MODES:
+        raise ValueError(f"{fn}: `grad` must be one of {GRAD_MODES}; got {grad!r}")
+
+
+def _wants_grad(tensor: torch.Tensor, grad: str) -> bool:
+    return grad != "none" and torch.is_grad_enabled() and tensor.requires_grad
+
+
+def _exchange_metadata(
+    fn: str, tensor: torch.Tensor, group: Group, world: int, grad: str, op: int = -1
+) -> list[_Peer]:
+    """All-gather every rank's metadata in one fixed-size int64 collective and return it, rank-ordered."""
+    header = torch.full((_FIXED + _MAX_NDIM,), -1, dtype=torch.int64)
+    header[:_FIXED] = torch.tensor(
+        [tensor.ndim, dtype_code(tensor.dtype), int(_wants_grad(tensor, grad)), op, GRAD_MODES.index(grad)]
+    )
+    header[_FIXED : _FIXED + min(tensor.ndim, _MAX_NDIM)] = torch.tensor(
+        tensor.shape[:_MAX_NDIM], dtype=torch.int64
+    )
+    header = header.to(tensor.device)
+    out = header.new_empty(world * header.numel())
+    all_gather_flat(out, header, group)
+    peers = []
+    for row in out.view(world, -1).tolist():
+        ndim = row[0]
+        peers.append(
+            _Peer(
+                ndim,
+                dtype_from_code(row[1]),
+                bool(row[2]),
+                row[3],
+                row[4],
+                tuple(row[_FIXED : _FIXED + ndim]),
+            )
+        )
+    _check_agree(fn, peers, "ndim", lambda p: p.ndim)
+    if peers[0].ndim > _MAX_NDIM:
+        raise RuntimeError(
+            f"{fn}: tensors of more than {_MAX_NDIM} dimensions are not supported; got {peers[0].ndim}"
+        )
+    _check_agree(fn, peers, "dtype", lambda p: p.dtype)
+    _check_agree(fn, peers, "grad", lambda p: GRAD_MODES[p.mode])
+    _check_agree(fn, peers, "op", lambda p: REDUCE_OPS[p.op] if p.op >= 0 else None)
+    if grad == "sync":
+        # A rank whose input needs no gradient would skip the backward collective and hang the others.
+        _check_agree(
+            fn, peers, "requires_grad (grad='sync' runs a collective in backward)", lambda p: p.requires_grad
+        )
+    return peers
+
+
+def _check_agree(fn: str, peers: list[_Peer], what: str, key) -> None:
+    values = [key(p) for p in peers]
+    if any(v != values[0] for v in values):
+        listing = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
+        raise RuntimeError(f"{fn}: ranks disagree on {what} ({listing})")
+
+
+def _gather_slots(
+    tensor: torch.Tensor, peers: list[_Peer], group: Group, rank: int, grad: str
+) -> list[torch.Tensor]:
+    """Gather ``tensor`` from every rank (any shapes) into a list of per-rank tensors."""
+    world = len(peers)
+    numels = [int(torch.Size(p.shape).numel()) for p in peers]
+    width = max(numels)
+    flat = tensor.reshape(-1)
+    if width > flat.numel():
+        flat = (
+            F.pad(flat, (0, width - flat.numel()))
+            if flat.is_floating_point() or flat.is_complex()
+            else (torch.cat([flat, flat.new_zeros(width - flat.numel())]))
+        )
+    if _wants_grad(tensor, grad):
+        table = _AllGatherFlat.apply(flat, group, rank, world, grad)
+    else:
+        table = flat.detach().new_empty(world * width)
+        all_gather_flat(table, flat.detach().contiguous(), group)
+        table = table.view(world, width)
+    return [table[i, : numels[i]].view(peers[i].shape) for i in range(world)]
+
+
+def _passthrough(tensor: torch.Tensor, grad: str) -> torch.Tensor:
+    return tensor.detach() if grad == "none" else tensor
+
+
+def gather_all_tensors(
+    tensor: torch.Tensor, group: Group = None, *, grad: str = "local"
+) -> list[torch.Tensor]:
+    """Gather ``tensor`` from every rank of ``group``; shapes may differ in every dimension.
+
+    Args:
+        tensor: the local tensor. Every rank must pass the same ``ndim`` and dtype; sizes may differ,
+            including zero-size and 0-d tensors.
+        group: the process group (``None``: the default group). Element ``i`` of the result is the tensor
+            of group rank ``i``.
+        grad: ``"none"`` detaches the result; ``"local"`` lets a rank's own slot carry gradient to its own
+            input, with no communication in backward; ``"sync"`` sums every rank's gradient for each slot and
+            delivers it to the slot's owner (every rank must then run the backward).
+
+    Returns:
+        A list with one tensor per rank of ``group``. Without an initialised process group or with one
+        rank, the one-element list ``[tensor]`` (detached when ``grad="none"``); no collective is called.
+
+    Raises:
+        TypeError: ``tensor`` is not a tensor or has an unsupported dtype.
+        ValueError: bad ``grad``, or this process is not a member of ``group``.
+        RuntimeError: on every rank, when ranks disagree on ndim, dtype or grad mode, or when
+            ``grad="sync"`` and only some ranks' inputs require gradient.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.distributed import gather_all_tensors
+        >>> gather_all_tensors(torch.tensor([1.0, 2.0]))  # not distributed: the local tensor
+        [tensor([1., 2.])]
+    """
+    _check_args("gather_all_tensors", tensor, grad)
+    world, rank = group_size(group), group_rank(group)
+    if world == 1:
+        return [_passthrough(tensor, grad)]
+    peers = _exchange_metadata("gather_all_tensors", tensor, group, world, grad)
+    return _gather_slots(tensor, peers, group, rank, grad)
+
+
+def all_gather_cat(tensor: torch.Tensor, group: Group = None, *, grad: str = "local") -> torch.Tensor:
+    """Gather ``tensor`` from every rank and concatenate along dim 0, in rank order.
+
+    Ranks may hold different numbers of rows (zero included); the trailing dimensions must agree. A 0-d
+    tensor counts as one row.
+
+    Args:
+        tensor: the local rows.
+        group: the process group (``None``: the default group).
+        grad: ``"none"``, ``"local"`` or ``"sync"``, as in :func:`gather_all_tensors`.
+
+    Returns:
+        The concatenation of every rank's rows; the local tensor (as rows) when not distributed.
+
+    Raises:
+        RuntimeError: on every rank, when ranks disagree on ndim, dtype, trailing dimensions or grad mode.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.distributed import all_gather_cat
+        >>> all_gather_cat(torch.ones(2, 3)).shape
+        torch.Size([2, 3])
+    """
+    _check_args("all_gather_cat", tensor, grad)
+    if tensor.ndim == 0:
+        tensor = tensor.reshape(1)
+    world, rank = group_size(group), group_rank(group)
+    if world == 1:
+        return _passthrough(tensor, grad)
+    peers = _exchange_metadata("all_gather_cat", tensor, group, world, grad)
+    _check_agree("all_gather_cat", peers, "trailing dimensions", lambda p: p.shape[1:])
+    return torch.cat(_gather_slots(tensor, peers, group, rank, grad))
+
+
+def all_reduce(
+    tensor: torch.Tensor, op: str = "sum", group: Group = None, *, grad: str = "local"
+) -> torch.Tensor:
+    """Reduce ``tensor`` elementwise across the ranks of ``group``; the input is not modified.
+
+    Args:
+        tensor: the local tensor; the same shape and dtype on every rank.
+        op: ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``. For ``min``/``max`` the gradient goes only to
+            the rank(s) holding the extremum, split evenly between ties.
+        group: the process group (``None``: the default group).
+        grad: ``"none"``, ``"local"`` (a rank's gradient is ``∂L_r/∂x_r`` of its own loss) or ``"sync"``
+            (every rank's gradient is summed: ``Σ_r' ∂L_r'/∂x_r``).
+
+    Returns:
+        The reduced tensor, identical on every rank.
+
+    Raises:
+        ValueError: unknown ``op``/``grad``; ``"mean"`` of a non-floating tensor; ``"sum"`` of bools.
+        RuntimeError: on every rank, when ranks disagree on shape, dtype, op or grad mode.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.distributed import all_reduce
+        >>> all_reduce(torch.tensor([1.0, 5.0]), op="max")
+        tensor([1., 5.])
+    """
+    _check_args("all_reduce", tensor, grad)
+    if op not in REDUCE_OPS:
+        raise ValueError(f"all_reduce: `op` must be one of {REDUCE_OPS}; got {op!r}")
+    if op == "mean" and not (tensor.is_floating_point() or tensor.is_complex()):
+        raise ValueError(f"all_reduce: op='mean' needs a floating-point `tensor`; got dtype {tensor.dtype}")
+    if op in ("sum", "mean") and tensor.dtype == torch.bool:
+        raise ValueError(
+            f"all_reduce: op={op!r} is not defined for bool `tensor`; use 'max' (any) or 'min' (all)"
+        )
+    world = group_size(group)
+    group_rank(group)
+    if world == 1:
+        return _passthrough(tensor, grad)
+    peers = _exchange_metadata("all_reduce", tensor, group, world, grad, op=REDUCE_OPS.index(op))
+    _check_agree("all_reduce", peers, "shape", lambda p: p.shape)
+    wants = any(p.requires_grad for p in peers)  # min/max tie counting is a collective: decide globally
+    if wants and grad != "none" and (tensor.is_floating_point() or tensor.is_complex()):
+        return _AllReduce.apply(
+            tensor if _wants_grad(tensor, grad) else tensor.detach(), op, group, world, grad, True
+        )
+    with torch.no_grad():
+        source = tensor.view(torch.uint8) if tensor.dtype == torch.bool else tensor
+        return _AllReduce.apply(source.detach(), op, group, world, grad, False).view(tensor.dtype)
