@@ -15,9 +15,7 @@ Group = Optional[Any]  # a ``ProcessGroup`` or ``None`` for the default (WORLD) 
 
 # torch 2.13 renamed the flat-buffer collectives; older releases only have the first spelling.
 _all_gather_flat = getattr(dist, "all_gather_single", None) or getattr(dist, "all_gather_into_tensor", None)
-_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or getattr(
-    dist, "reduce_scatter_tensor", None
-)
+_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or getattr(dist, "reduce_scatter_tensor", None)
 
 _REDUCE_OPS = {"sum": "SUM", "min": "MIN", "max": "MAX"}
 

@@ -50,17 +50,13 @@ def _wants_grad(tensor: torch.Tensor, grad: str) -> bool:
     return grad != "none" and torch.is_grad_enabled() and tensor.requires_grad
 
 
-def _exchange_metadata(
-    fn: str, tensor: torch.Tensor, group: Group, world: int, grad: str, op: int = -1
-) -> list[_Peer]:
+def _exchange_metadata(fn: str, tensor: torch.Tensor, group: Group, world: int, grad: str, op: int = -1) -> list[_Peer]:
     """All-gather every rank's metadata in one fixed-size int64 collective and return it, rank-ordered."""
     header = torch.full((_FIXED + _MAX_NDIM,), -1, dtype=torch.int64)
     header[:_FIXED] = torch.tensor(
         [tensor.ndim, dtype_code(tensor.dtype), int(_wants_grad(tensor, grad)), op, GRAD_MODES.index(grad)]
     )
-    header[_FIXED : _FIXED + min(tensor.ndim, _MAX_NDIM)] = torch.tensor(
-        tensor.shape[:_MAX_NDIM], dtype=torch.int64
-    )
+    header[_FIXED : _FIXED + min(tensor.ndim, _MAX_NDIM)] = torch.tensor(tensor.shape[:_MAX_NDIM], dtype=torch.int64)
     header = header.to(tensor.device)
     out = header.new_empty(world * header.numel())
     all_gather_flat(out, header, group)
@@ -79,17 +75,13 @@ def _exchange_metadata(
         )
     _check_agree(fn, peers, "ndim", lambda p: p.ndim)
     if peers[0].ndim > _MAX_NDIM:
-        raise RuntimeError(
-            f"{fn}: tensors of more than {_MAX_NDIM} dimensions are not supported; got {peers[0].ndim}"
-        )
+        raise RuntimeError(f"{fn}: tensors of more than {_MAX_NDIM} dimensions are not supported; got {peers[0].ndim}")
     _check_agree(fn, peers, "dtype", lambda p: p.dtype)
     _check_agree(fn, peers, "grad", lambda p: GRAD_MODES[p.mode])
     _check_agree(fn, peers, "op", lambda p: REDUCE_OPS[p.op] if p.op >= 0 else None)
     if grad == "sync":
         # A rank whose input needs no gradient would skip the backward collective and hang the others.
-        _check_agree(
-            fn, peers, "requires_grad (grad='sync' runs a collective in backward)", lambda p: p.requires_grad
-        )
+        _check_agree(fn, peers, "requires_grad (grad='sync' runs a collective in backward)", lambda p: p.requires_grad)
     return peers
 
 
@@ -100,9 +92,7 @@ def _check_agree(fn: str, peers: list[_Peer], what: str, key) -> None:
         raise RuntimeError(f"{fn}: ranks disagree on {what} ({listing})")
 
 
-def _gather_slots(
-    tensor: torch.Tensor, peers: list[_Peer], group: Group, rank: int, grad: str
-) -> list[torch.Tensor]:
+def _gather_slots(tensor: torch.Tensor, peers: list[_Peer], group: Group, rank: int, grad: str) -> list[torch.Tensor]:
     """Gather ``tensor`` from every rank (any shapes) into a list of per-rank tensors."""
     world = len(peers)
     numels = [int(torch.Size(p.shape).numel()) for p in peers]
@@ -127,9 +117,7 @@ def _passthrough(tensor: torch.Tensor, grad: str) -> torch.Tensor:
     return tensor.detach() if grad == "none" else tensor
 
 
-def gather_all_tensors(
-    tensor: torch.Tensor, group: Group = None, *, grad: str = "local"
-) -> list[torch.Tensor]:
+def gather_all_tensors(tensor: torch.Tensor, group: Group = None, *, grad: str = "local") -> list[torch.Tensor]:
     """Gather ``tensor`` from every rank of ``group``; shapes may differ in every dimension.
 
     Args:
@@ -199,9 +187,7 @@ def all_gather_cat(tensor: torch.Tensor, group: Group = None, *, grad: str = "lo
     return torch.cat(_gather_slots(tensor, peers, group, rank, grad))
 
 
-def all_reduce(
-    tensor: torch.Tensor, op: str = "sum", group: Group = None, *, grad: str = "local"
-) -> torch.Tensor:
+def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None, *, grad: str = "local") -> torch.Tensor:
     """Reduce ``tensor`` elementwise across the ranks of ``group``; the input is not modified.
 
     Args:
@@ -231,9 +217,7 @@ def all_reduce(
     if op == "mean" and not (tensor.is_floating_point() or tensor.is_complex()):
         raise ValueError(f"all_reduce: op='mean' needs a floating-point `tensor`; got dtype {tensor.dtype}")
     if op in ("sum", "mean") and tensor.dtype == torch.bool:
-        raise ValueError(
-            f"all_reduce: op={op!r} is not defined for bool `tensor`; use 'max' (any) or 'min' (all)"
-        )
+        raise ValueError(f"all_reduce: op={op!r} is not defined for bool `tensor`; use 'max' (any) or 'min' (all)")
     world = group_size(group)
     group_rank(group)
     if world == 1:
@@ -242,9 +226,7 @@ def all_reduce(
     _check_agree("all_reduce", peers, "shape", lambda p: p.shape)
     wants = any(p.requires_grad for p in peers)  # min/max tie counting is a collective: decide globally
     if wants and grad != "none" and (tensor.is_floating_point() or tensor.is_complex()):
-        return _AllReduce.apply(
-            tensor if _wants_grad(tensor, grad) else tensor.detach(), op, group, world, grad, True
-        )
+        return _AllReduce.apply(tensor if _wants_grad(tensor, grad) else tensor.detach(), op, group, world, grad, True)
     with torch.no_grad():
         source = tensor.view(torch.uint8) if tensor.dtype == torch.bool else tensor
         return _AllReduce.apply(source.detach(), op, group, world, grad, False).view(tensor.dtype)

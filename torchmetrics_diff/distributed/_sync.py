@@ -138,9 +138,7 @@ class _GatherRows(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(
-        ctx: Any, job: _RowJob, header: torch.Tensor, *tensors: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
+    def forward(ctx: Any, job: _RowJob, header: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         row = torch.zeros(job.row_bytes, dtype=torch.uint8, device=header.device)
         row[: header.numel()] = header
         for t, (offset, _cap) in zip(tensors, job.slots):
@@ -159,8 +157,7 @@ class _GatherRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         local = [
-            None if g is None else g[ctx.rank, : shape.numel()].reshape(shape)
-            for g, shape in zip(grads, ctx.shapes)
+            None if g is None else g[ctx.rank, : shape.numel()].reshape(shape) for g, shape in zip(grads, ctx.shapes)
         ]
         return (None, None, *local)
 
@@ -221,9 +218,7 @@ def _check_agreement(owner: str, metas: list[list], world: int) -> list:
             known = [(r, c[idx]) for r, c in enumerate(column) if c[2] != -1 or idx == 1]
             if any(v != known[0][1] for _, v in known):
                 listing = ", ".join(f"rank {r}: {show(v)}" for r, v in known)
-                raise RuntimeError(
-                    f"{owner}: cannot sync state {name!r}: ranks disagree on {what} ({listing})"
-                )
+                raise RuntimeError(f"{owner}: cannot sync state {name!r}: ranks disagree on {what} ({listing})")
         known = [(r, c) for r, c in enumerate(column) if c[2] != -1]
         kind = column[0][1]
         what = {"cat": "trailing shape", "gather": "number of dimensions"}.get(kind, "shape")
@@ -242,9 +237,7 @@ def _show_dims(dims: Any, kind: str) -> str:
 
 def _make_plan(signature: list, world: int) -> SyncPlan:
     n_var = sum(1 if kind == "cat" else dims if kind == "gather" else 0 for _, kind, _, dims in signature)
-    reduce = [
-        (n, torch.Size(d).numel() * dtype_from_code(c).itemsize, k) for n, k, c, d in signature if k in _OPS
-    ]
+    reduce = [(n, torch.Size(d).numel() * dtype_from_code(c).itemsize, k) for n, k, c, d in signature if k in _OPS]
     small = not _reduce_by_all_reduce(sum(_align(b) for _, b, _ in reduce), world)
     payload = [(n, b) for n, b, k in reduce if small or k in ("min", "max")]
     row = _align(_HEADER + 8 * n_var) + sum(_align(b) for _, b in payload)
@@ -310,8 +303,7 @@ def sync_states(
     for name, fn in reductions.items():
         if not (fn is None or callable(fn) or fn in REDUCTIONS):
             raise ValueError(
-                f"sync_states: reduction of state {name!r} must be one of {REDUCTIONS}, "
-                f"a callable or None; got {fn!r}"
+                f"sync_states: reduction of state {name!r} must be one of {REDUCTIONS}, a callable or None; got {fn!r}"
             )
     world = group_size(group)
     if world == 1:
@@ -326,9 +318,7 @@ def sync_states(
             e.tensor = e.tensor.to(device)
             e.tensor = scale_grad(e.tensor, grad_scale) if track else e.tensor.detach()
     with torch.enable_grad() if track else torch.no_grad():
-        return _Sync(
-            entries, plan if plan is not None else SyncPlan(), group, rank, world, owner, device
-        ).run()
+        return _Sync(entries, plan if plan is not None else SyncPlan(), group, rank, world, owner, device).run()
 
 
 def _single(value: State, fn: Reduction, grad: str) -> Any:
@@ -380,14 +370,10 @@ class _Sync:
         reduced: dict[str, torch.Tensor] = {}
         if plan.signature_hash == 0:
             inline = len(meta) <= plan.row_bytes - _HEADER
-            header = torch.cat(
-                [_int_bytes([local_hash, len(meta)], device), meta_bytes if inline else meta_bytes[:0]]
-            )
+            header = torch.cat([_int_bytes([local_hash, len(meta)], device), meta_bytes if inline else meta_bytes[:0]])
             table, _ = self._rows(header, [], [], min_row=plan.row_bytes)
         else:
-            header = _int_bytes(
-                [local_hash, len(meta)] + (variable if fits else [0] * plan.n_variable), device
-            )
+            header = _int_bytes([local_hash, len(meta)] + (variable if fits else [0] * plan.n_variable), device)
             tensors = [
                 self.by_name[n].tensor if fits else torch.zeros(0, dtype=torch.uint8, device=device)
                 for n, _ in plan.payload
@@ -401,9 +387,7 @@ class _Sync:
         if plan.signature_hash != 0 and all(h == plan.signature_hash for h in hashes):
             n = plan.n_variable
             sizes = (
-                table[:, _HEADER : _HEADER + 8 * n].contiguous().view(torch.int64).tolist()
-                if n
-                else [[]] * self.world
+                table[:, _HEADER : _HEADER + 8 * n].contiguous().view(torch.int64).tolist() if n else [[]] * self.world
             )
             signature = plan.signature
         else:
@@ -419,9 +403,7 @@ class _Sync:
             sizes = [m["var"] for m in metas]
         return self._finish(signature, sizes, reduced)
 
-    def _finish(
-        self, signature: list, sizes: list[list[int]], reduced: dict[str, torch.Tensor]
-    ) -> dict[str, Any]:
+    def _finish(self, signature: list, sizes: list[list[int]], reduced: dict[str, torch.Tensor]) -> dict[str, Any]:
         # Per-rank shapes of every variable-size state, read from the exchanged sizes.
         shapes: dict[str, list[tuple[int, ...]]] = {}
         cursor = 0

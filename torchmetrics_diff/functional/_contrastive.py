@@ -64,8 +64,7 @@ def _check_float_tensor(name: str, x: object, ndim: int | tuple[int, ...] | None
     dims_ok = x.ndim >= 1 if ndim is None else x.ndim in ((ndim,) if isinstance(ndim, int) else ndim)
     if not dims_ok or not x.is_floating_point():
         raise ValueError(
-            f"`{name}` must be a floating-point tensor of shape {layout}; "
-            f"got shape {_shape(x)} and dtype {x.dtype}"
+            f"`{name}` must be a floating-point tensor of shape {layout}; got shape {_shape(x)} and dtype {x.dtype}"
         )
 
 
@@ -78,8 +77,7 @@ def _check_trailing(name: str, x: Tensor, ref_name: str, ref: Tensor) -> None:
     """Raise unless ``x`` and ``ref`` agree in every dimension but the first (the rows)."""
     if x.shape[1:] != ref.shape[1:]:
         raise ValueError(
-            f"`{name}` must have the same trailing shape as `{ref_name}` {_shape(ref)[1:]}; "
-            f"got {_shape(x)[1:]}"
+            f"`{name}` must have the same trailing shape as `{ref_name}` {_shape(ref)[1:]}; got {_shape(x)[1:]}"
         )
 
 
@@ -584,9 +582,7 @@ def _check_broadcast(name: str, x: Tensor, values: Tensor) -> None:
     except RuntimeError:
         shape = None
     if shape != values.shape:
-        raise ValueError(
-            f"`{name}` must broadcast to the shape of `values` {_shape(values)}; got {_shape(x)}"
-        )
+        raise ValueError(f"`{name}` must broadcast to the shape of `values` {_shape(values)}; got {_shape(x)}")
 
 
 def token_cross_entropy_block(

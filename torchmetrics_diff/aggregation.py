@@ -1,0 +1,246 @@
+"""Aggregation metrics: sum, weighted mean, concatenation, min and max of whatever you feed them.
+
+With ``dist_sync_on_step=True`` they are global-batch reductions with exact gradients: for instance
+``MeanMetric(dist_sync_on_step=True)(per_token_loss, weight=mask)`` is the token-level loss normalized by the
+number of valid tokens of *every* rank, and its gradient is the one-big-device gradient (DESIGN §1).
+
+Inputs keep their floating dtype within a step (a float64 loss stays float64); the accumulated states keep the
+metric's dtype (float32 unless :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Union
+
+import torch
+
+from torchmetrics_diff.metric import Metric, dim_zero_cat
+
+NanStrategy = Union[str, float]
+_NAN_STRATEGIES = ("error", "warn", "ignore", "disable")
+
+
+class BaseAggregator(Metric):
+    """Shared input handling: conversion to a tensor on the metric's device and the ``nan_strategy``.
+
+    Args:
+        fn: the reduction across ranks of the one state.
+        default_value: the state's default.
+        nan_strategy: ``"error"`` raises on NaN, ``"warn"`` warns and drops NaNs, ``"ignore"`` drops them
+            silently, ``"disable"`` skips the check (fastest), a float replaces them.
+        state_name: attribute name of the state.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+    """
+
+    is_differentiable = True
+    full_state_update = False
+
+    def __init__(
+        self,
+        fn: str | Callable,
+        default_value: torch.Tensor | list,
+        nan_strategy: NanStrategy = "warn",
+        state_name: str = "value",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not (
+            nan_strategy in _NAN_STRATEGIES or (isinstance(nan_strategy, float) and not isinstance(nan_strategy, bool))
+        ):
+            raise ValueError(f"`nan_strategy` must be one of {_NAN_STRATEGIES} or a float; got {nan_strategy!r}")
+        self.nan_strategy = nan_strategy
+        self.add_state(state_name, default=default_value, dist_reduce_fx=fn)
+        self.state_name = state_name
+
+    def _as_tensor(self, value: Any, name: str = "value") -> torch.Tensor:
+        if not isinstance(value, torch.Tensor):
+            try:
+                value = torch.as_tensor(value, dtype=self.dtype, device=self.device)
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise TypeError(f"`{name}` must be a tensor or a number; got {type(value).__name__}") from err
+        if not (value.is_floating_point() or value.is_complex()):
+            value = value.to(self.dtype)
+        return value
+
+    def _nan_mask(self, value: torch.Tensor) -> torch.Tensor | None:
+        """Boolean mask of the entries to keep, or ``None`` when all are kept (no work on the hot path)."""
+        if self.nan_strategy == "disable":
+            return None
+        nans = torch.isnan(value)
+        if not bool(nans.any()):
+            return None
+        if self.nan_strategy == "error":
+            raise RuntimeError(f"{type(self).__name__}: encountered NaN in `value` and nan_strategy='error'")
+        if self.nan_strategy == "warn":
+            warnings.warn(
+                f"{type(self).__name__}: NaN in `value` dropped (nan_strategy='warn')", UserWarning, stacklevel=4
+            )
+        return ~nans
+
+    def _clean(self, value: Any) -> torch.Tensor:
+        value = self._as_tensor(value)
+        keep = self._nan_mask(value)
+        if keep is None:
+            return value
+        if isinstance(self.nan_strategy, float):
+            return torch.where(keep, value, torch.full_like(value, self.nan_strategy))
+        return value[keep]
+
+    def compute(self) -> torch.Tensor:
+        """The aggregated value."""
+        return getattr(self, self.state_name)
+
+
+class SumMetric(BaseAggregator):
+    """Sum of every value seen (of every rank's values when syncing).
+
+    Args:
+        nan_strategy: see :class:`BaseAggregator`.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import SumMetric
+        >>> metric = SumMetric()
+        >>> metric.update(torch.tensor([1.0, 2.0]))
+        >>> metric(3.0)
+        tensor(3.)
+        >>> metric.compute()
+        tensor(6.)
+    """
+
+    def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
+        super().__init__("sum", torch.tensor(0.0), nan_strategy, state_name="sum_value", **kwargs)
+
+    def update(self, value: torch.Tensor | float) -> None:
+        """Add ``value`` (any shape) to the sum."""
+        self.sum_value = self.sum_value + self._clean(value).sum()
+
+
+class MaxMetric(BaseAggregator):
+    """Maximum of every value seen; the gradient goes to the element(s) holding it.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import MaxMetric
+        >>> metric = MaxMetric()
+        >>> metric.update(torch.tensor([1.0, 5.0, 2.0]))
+        >>> metric.compute()
+        tensor(5.)
+    """
+
+    higher_is_better = None
+
+    def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
+        super().__init__("max", torch.tensor(float("-inf")), nan_strategy, state_name="max_value", **kwargs)
+
+    def update(self, value: torch.Tensor | float) -> None:
+        """Fold ``value`` (any shape) into the running maximum."""
+        value = self._clean(value)
+        if value.numel():
+            self.max_value = torch.maximum(self.max_value, value.amax())
+
+
+class MinMetric(BaseAggregator):
+    """Minimum of every value seen; the gradient goes to the element(s) holding it.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import MinMetric
+        >>> metric = MinMetric()
+        >>> metric.update(torch.tensor([1.0, -5.0, 2.0]))
+        >>> metric.compute()
+        tensor(-5.)
+    """
+
+    def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
+        super().__init__("min", torch.tensor(float("inf")), nan_strategy, state_name="min_value", **kwargs)
+
+    def update(self, value: torch.Tensor | float) -> None:
+        """Fold ``value`` (any shape) into the running minimum."""
+        value = self._clean(value)
+        if value.numel():
+            self.min_value = torch.minimum(self.min_value, value.amin())
+
+
+class CatMetric(BaseAggregator):
+    """Concatenation of every value seen (flattened), in rank order when syncing.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import CatMetric
+        >>> metric = CatMetric()
+        >>> metric.update(torch.tensor([1.0, 2.0]))
+        >>> metric.update(3.0)
+        >>> metric.compute()
+        tensor([1., 2., 3.])
+    """
+
+    def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
+        super().__init__("cat", [], nan_strategy, state_name="value", **kwargs)
+
+    def update(self, value: torch.Tensor | float) -> None:
+        """Append ``value`` (flattened) to the list."""
+        value = self._clean(value).reshape(-1)
+        if value.numel():
+            self.value.append(value)
+
+    def compute(self) -> torch.Tensor:
+        """Every value seen, as one 1-D tensor (empty when nothing was seen)."""
+        if not self.value:
+            return torch.zeros(0, dtype=self.dtype, device=self.device)
+        return dim_zero_cat(self.value)
+
+
+class MeanMetric(BaseAggregator):
+    """Weighted mean ``Σ wᵢ xᵢ / Σ wᵢ`` of every value seen (of every rank's values when syncing).
+
+    With ``dist_sync_on_step=True``, ``MeanMetric(...)(per_token_loss, weight=mask)`` is the loss normalized by
+    the global number of valid tokens, with the one-big-device gradient.
+
+    Args:
+        nan_strategy: see :class:`BaseAggregator`; dropped values drop their weights too.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import MeanMetric
+        >>> metric = MeanMetric()
+        >>> metric(torch.tensor([1.0, 2.0, 6.0]), weight=torch.tensor([1.0, 1.0, 0.0]))
+        tensor(1.5000)
+        >>> metric.update(torch.tensor([4.0]))
+        >>> metric.compute()
+        tensor(2.3333)
+    """
+
+    def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
+        super().__init__("sum", torch.tensor(0.0), nan_strategy, state_name="mean_value", **kwargs)
+        self.add_state("weight", default=torch.tensor(0.0), dist_reduce_fx="sum")
+
+    def update(self, value: torch.Tensor | float, weight: torch.Tensor | float = 1.0) -> None:
+        """Add ``value`` with ``weight`` (broadcast to ``value``'s shape; a bool mask works).
+
+        Raises:
+            ValueError: ``weight`` cannot be broadcast to ``value``.
+        """
+        value = self._as_tensor(value)
+        weight = self._as_tensor(weight, "weight")
+        try:
+            weight = torch.broadcast_to(weight, value.shape)
+        except RuntimeError as err:
+            raise ValueError(
+                f"`weight` of shape {tuple(weight.shape)} cannot be broadcast to `value` of shape {tuple(value.shape)}"
+            ) from err
+        keep = self._nan_mask(value)
+        if keep is not None:
+            if isinstance(self.nan_strategy, float):
+                value = torch.where(keep, value, torch.full_like(value, self.nan_strategy))
+            else:
+                value, weight = value[keep], weight[keep]
+        self.mean_value = self.mean_value + (value * weight).sum()
+        self.weight = self.weight + weight.sum()
+
+    def compute(self) -> torch.Tensor:
+        """``Σ wᵢ xᵢ / Σ wᵢ`` (NaN when the weights sum to zero)."""
+        return self.mean_value / self.weight

@@ -1,0 +1,107 @@
+"""``CompositionalMetric``: arithmetic between metrics, tensors and numbers, evaluated lazily.
+
+``forward`` composes the members' *differentiable* batch values (each member syncs its own states when it syncs
+on step), so ``a + 0.5 * b`` is a loss whose gradient is that of the composed global-batch values. ``compute``
+composes the members' epoch values.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+
+from torchmetrics_diff.metric import Metric
+
+
+def _route_kwargs(metric: Metric, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``metric.update`` accepts (all of them when it takes ``**kwargs``)."""
+    params = inspect.signature(metric.update).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+class CompositionalMetric(Metric):
+    """The result of an operator applied to metrics (and constants): ``op(metric_a, metric_b)``.
+
+    Args:
+        operator: a function of one (unary) or two values.
+        metric_a: a metric, a tensor or a number.
+        metric_b: a metric, a tensor, a number, or ``None`` for a unary operator.
+
+    Note:
+        ``+metric`` is the metric itself and ``-metric`` its negation. (torchmetrics maps ``+metric`` to
+        ``abs(metric)``; use ``abs(metric)`` for that.)
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import SumMetric, MeanMetric
+        >>> total, mean = SumMetric(), MeanMetric()
+        >>> loss = total + 0.5 * mean
+        >>> loss(torch.tensor([1.0, 3.0]))  # 4 + 0.5 * 2
+        tensor(5.)
+        >>> loss.compute()
+        tensor(5.)
+    """
+
+    _wrap_lifecycle = False  # members run their own lifecycles; this class only combines values
+
+    def __init__(self, operator: Callable, metric_a: Any, metric_b: Any) -> None:
+        super().__init__()
+        self.op = operator
+        self.metric_a = metric_a
+        self.metric_b = metric_b
+
+    def _members(self) -> list[Metric]:
+        return [m for m in (self.metric_a, self.metric_b) if isinstance(m, Metric)]
+
+    def _apply_op(self, a: Any, b: Any) -> Any:
+        if self.metric_b is None and not isinstance(self.metric_b, Metric):
+            return self.op(a)
+        return self.op(a, b)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Update every member metric (keyword arguments routed by each member's ``update`` signature)."""
+        for m in self._members():
+            m.update(*args, **_route_kwargs(m, kwargs))
+
+    def compute(self) -> Any:
+        """The operator applied to the members' computed values."""
+        a, b = (m.compute() if isinstance(m, Metric) else m for m in (self.metric_a, self.metric_b))
+        return self._apply_op(a, b)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The operator applied to the members' (differentiable, possibly global) batch values."""
+        a, b = (
+            m(*args, **_route_kwargs(m, kwargs)) if isinstance(m, Metric) else m for m in (self.metric_a, self.metric_b)
+        )
+        return self._apply_op(a, b)
+
+    def reset(self) -> None:
+        """Reset every member."""
+        for m in self._members():
+            m.reset()
+
+    def persistent(self, mode: bool = False) -> None:
+        """Set persistence of every member's states."""
+        for m in self._members():
+            m.persistent(mode)
+
+    @property
+    def update_count(self) -> int:  # type: ignore[override]
+        """The largest update count of the members."""
+        return max((m.update_count for m in self._members()), default=0)
+
+    def _apply(self, fn: Callable, *args: Any, **kwargs: Any) -> CompositionalMetric:
+        super()._apply(fn, *args, **kwargs)
+        for attr in ("metric_a", "metric_b"):
+            value = getattr(self, attr)
+            if isinstance(value, torch.Tensor):
+                setattr(self, attr, value.to(self.device))
+        return self
+
+    def __repr__(self) -> str:
+        name = getattr(self.op, "__name__", repr(self.op))
+        return f"{type(self).__name__}(\n  {name}(\n    {self.metric_a!r},\n    {self.metric_b!r}\n  )\n)"

@@ -1,0 +1,724 @@
+"""``Metric``: a state registry with an update/compute/forward/reset lifecycle and differentiable sync.
+
+The lifecycle is one template. Subclasses write ``update`` and ``compute`` as plain methods; the class wraps
+them once, when the subclass is created (:meth:`Metric.__init_subclass__`), so instances carry no rewrapped
+bound methods and pickle like any module.
+
+``forward`` builds the batch's states from fresh defaults with the caller's autograd mode, syncs them
+differentiably when ``dist_sync_on_step`` (each rank's own contribution keeps its graph, its gradient scaled
+by the group size under ``grad_reduction="mean"``), computes the batch value, and merges the *detached* batch
+states into the accumulated ones. Nothing a step does depends on how many steps came before.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from copy import deepcopy
+from typing import Any, Callable, ClassVar
+
+import torch
+from torch import nn
+
+from torchmetrics_diff.distributed._autograd import scale_grad
+from torchmetrics_diff.distributed._backend import Group, group_size
+from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, sync_states
+
+_REDUCTION_NAMES = (*REDUCTIONS,)
+_GRAD_REDUCTIONS = ("mean", "sum")
+
+
+def dim_zero_cat(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
+    """Concatenate a list state (or return a tensor state) along dim 0; 0-d elements count as one row.
+
+    Example:
+        >>> import torch
+        >>> dim_zero_cat([torch.tensor([1.0, 2.0]), torch.tensor(3.0)])
+        tensor([1., 2., 3.])
+    """
+    if isinstance(x, torch.Tensor):
+        return x.reshape(1) if x.ndim == 0 else x
+    if not x:
+        raise ValueError("No samples to concatenate: the list state is empty")
+    return torch.cat([t.reshape(1) if t.ndim == 0 else t for t in x])
+
+
+def _detach(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, list):
+        return [_detach(v) for v in value]
+    if isinstance(value, tuple):
+        return type(value)(*(_detach(v) for v in value)) if hasattr(value, "_fields") else tuple(map(_detach, value))
+    if isinstance(value, dict):
+        return {k: _detach(v) for k, v in value.items()}
+    return value
+
+
+class Metric(nn.Module):
+    """Base class of every metric and loss: states, lifecycle, and sync across ranks with autograd.
+
+    Subclasses register states with :meth:`add_state` in ``__init__`` and implement ``update`` (fold a batch
+    into the states) and ``compute`` (the value from the states).
+
+    Args:
+        dist_sync_on_step: sync the batch's states in ``forward`` so the returned value is the one of the
+            global batch on every rank, differentiable (the gradient contract of the package).
+        sync_on_compute: sync the accumulated states in :meth:`compute`.
+        process_group: the group to sync over (``None``: the default group).
+        dist_sync_fn: a custom gather ``fn(tensor, group=None) -> list[Tensor]`` used instead of the
+            bucketed engine (slower: one gather per state).
+        compute_on_cpu: move list states to the CPU after each update (saves accelerator memory).
+        compute_with_cache: cache the result of :meth:`compute` until the next update or reset.
+        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (DDP, FSDP, DeepSpeed;
+            the local gradient is scaled by the group size) or ``"sum"`` (raw local gradient).
+
+    Raises:
+        ValueError: unknown keyword argument or a bad value for one of the above.
+
+    Example:
+        >>> import torch
+        >>> class Total(Metric):
+        ...     def __init__(self, **kwargs):
+        ...         super().__init__(**kwargs)
+        ...         self.add_state("total", torch.tensor(0.0), dist_reduce_fx="sum")
+        ...     def update(self, x):
+        ...         self.total = self.total + x.sum()
+        ...     def compute(self):
+        ...         return self.total
+        >>> metric = Total()
+        >>> metric(torch.tensor([1.0, 2.0]))  # the batch value
+        tensor(3.)
+        >>> metric.update(torch.tensor([4.0]))
+        >>> metric.compute()  # every batch since the last reset
+        tensor(7.)
+    """
+
+    is_differentiable: ClassVar[bool | None] = None
+    higher_is_better: ClassVar[bool | None] = None
+    full_state_update: ClassVar[bool | None] = None
+
+    _raw_update: ClassVar[Callable[..., Any]]
+    _raw_compute: ClassVar[Callable[..., Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Wrap the subclass's own ``update``/``compute`` once, at class creation, in the lifecycle template."""
+        super().__init_subclass__(**kwargs)
+        if not cls.__dict__.get("_wrap_lifecycle", True):
+            return
+        for which, template in (("update", Metric._update_template), ("compute", Metric._compute_template)):
+            raw = cls.__dict__.get(which)
+            if raw is not None:
+                setattr(cls, f"_raw_{which}", raw)
+                setattr(cls, which, _wrap(raw, template))
+
+    def __init__(
+        self,
+        *,
+        dist_sync_on_step: bool = False,
+        sync_on_compute: bool = True,
+        process_group: Group = None,
+        dist_sync_fn: Callable | None = None,
+        compute_on_cpu: bool = False,
+        compute_with_cache: bool = True,
+        grad_reduction: str = "mean",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if kwargs:
+            raise ValueError(f"Unexpected keyword arguments for {type(self).__name__}: {sorted(kwargs)}")
+        for name, value in (
+            ("dist_sync_on_step", dist_sync_on_step),
+            ("sync_on_compute", sync_on_compute),
+            ("compute_on_cpu", compute_on_cpu),
+            ("compute_with_cache", compute_with_cache),
+        ):
+            if not isinstance(value, bool):
+                raise ValueError(f"`{name}` must be a bool; got {value!r}")
+        if grad_reduction not in _GRAD_REDUCTIONS:
+            raise ValueError(f"`grad_reduction` must be one of {_GRAD_REDUCTIONS}; got {grad_reduction!r}")
+        if dist_sync_fn is not None and not callable(dist_sync_fn):
+            raise ValueError(f"`dist_sync_fn` must be callable or None; got {type(dist_sync_fn).__name__}")
+        self.dist_sync_on_step = dist_sync_on_step
+        self.sync_on_compute = sync_on_compute
+        self.process_group = process_group
+        self.dist_sync_fn = dist_sync_fn
+        self.compute_on_cpu = compute_on_cpu
+        self.compute_with_cache = compute_with_cache
+        self.grad_reduction = grad_reduction
+
+        self._defaults: dict[str, torch.Tensor | list] = {}
+        self._reductions: dict[str, str | Callable | None] = {}
+        self._persistent: dict[str, bool] = {}
+        self._update_count = 0
+        self._computed: Any = None
+        self._synced_cache: dict[str, Any] | None = None
+        self._in_lifecycle = False
+        self._sync_plans = {"step": SyncPlan(), "epoch": SyncPlan()}
+        self._device = torch.device("cpu")
+        self._dtype = torch.get_default_dtype()
+
+    # ------------------------------------------------------------------ states
+    def add_state(
+        self,
+        name: str,
+        default: torch.Tensor | list,
+        dist_reduce_fx: str | Callable | None = None,
+        persistent: bool = False,
+    ) -> None:
+        """Register a state: a tensor, or an empty list that ``update`` appends tensors to.
+
+        Args:
+            name: attribute name of the state.
+            default: its value after :meth:`reset`: a tensor, or ``[]`` for a list state.
+            dist_reduce_fx: how ranks combine it: ``"sum"``, ``"mean"``, ``"min"``, ``"max"``, ``"cat"``, a
+                callable that receives the per-rank values stacked on a new dim 0, or ``None`` (the stack).
+            persistent: whether the state goes into ``state_dict``.
+
+        Raises:
+            ValueError: ``default`` is neither a tensor nor an empty list, or ``dist_reduce_fx`` is unknown.
+        """
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"`name` must be a valid attribute name; got {name!r}")
+        if not (isinstance(default, torch.Tensor) or (isinstance(default, list) and not default)):
+            raise ValueError(f"`default` of state {name!r} must be a tensor or an empty list; got {default!r}")
+        if not (dist_reduce_fx is None or callable(dist_reduce_fx) or dist_reduce_fx in _REDUCTION_NAMES):
+            raise ValueError(
+                f"`dist_reduce_fx` of state {name!r} must be one of {_REDUCTION_NAMES}, a callable or None; "
+                f"got {dist_reduce_fx!r}"
+            )
+        if isinstance(default, torch.Tensor):
+            default = default.detach().clone()
+        setattr(self, name, self._fresh(default))
+        self._defaults[name] = default
+        self._reductions[name] = dist_reduce_fx
+        self._persistent[name] = persistent
+
+    @staticmethod
+    def _fresh(default: torch.Tensor | list) -> torch.Tensor | list:
+        return default.clone() if isinstance(default, torch.Tensor) else []
+
+    @property
+    def metric_state(self) -> dict[str, torch.Tensor | list]:
+        """The current value of every state, by name."""
+        return {name: getattr(self, name) for name in self._defaults}
+
+    @property
+    def update_count(self) -> int:
+        """How many times ``update`` (or ``forward``) ran since the last reset."""
+        return self._update_count
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the states."""
+        return self._device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating dtype of the states (changed only by :meth:`set_dtype`)."""
+        return self._dtype
+
+    def _set_states(self, values: dict[str, Any]) -> None:
+        for name, value in values.items():
+            setattr(self, name, value)
+
+    # --------------------------------------------------------------- lifecycle
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Fold a batch into the states. Implemented by subclasses."""
+        raise NotImplementedError(f"{type(self).__name__} must implement `update`")
+
+    def compute(self) -> Any:
+        """The metric value from the states. Implemented by subclasses."""
+        raise NotImplementedError(f"{type(self).__name__} must implement `compute`")
+
+    def _update_template(self, raw: Callable, *args: Any, **kwargs: Any) -> None:
+        if self._in_lifecycle:  # inside forward, or a subclass calling super().update(): just run it
+            return raw(self, *args, **kwargs)
+        self._computed = None
+        self._update_count += 1
+        with self._lifecycle(), torch.no_grad():  # accumulated states never hold a graph
+            raw(self, *args, **kwargs)
+        if self.compute_on_cpu:
+            self._move_list_states(torch.device("cpu"))
+        return None
+
+    def _compute_template(self, raw: Callable) -> Any:
+        if self._in_lifecycle:
+            return raw(self)
+        if self._update_count == 0:
+            warnings.warn(
+                f"{type(self).__name__}.compute() was called before update(); the value is that of the default states",
+                UserWarning,
+                stacklevel=2,
+            )
+        if self.compute_with_cache and self._computed is not None:
+            return self._computed
+        external = self._synced_cache is not None  # a MetricCollection synced every member at once
+        should_sync = self.sync_on_compute and not external
+        with self.sync_context(should_sync=should_sync, should_unsync=should_sync), self._lifecycle(), torch.no_grad():
+            value = _detach(raw(self))
+        if self.compute_with_cache:
+            self._computed = value
+        return value
+
+    @contextmanager
+    def _lifecycle(self) -> Iterator[None]:
+        previous, self._in_lifecycle = self._in_lifecycle, True
+        try:
+            yield
+        finally:
+            self._in_lifecycle = previous
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Update with a batch and return the metric of that batch (of the global batch when syncing).
+
+        With ``dist_sync_on_step=True`` the value is identical on every rank and, after ``backward`` and the
+        trainer's gradient averaging, every parameter gradient equals the single-device one.
+        """
+        accumulated = self._begin_batch(args, kwargs)
+        batch = self.metric_state
+        try:
+            if self.dist_sync_on_step and group_size(self.process_group) > 1:
+                self._set_states(self._sync_values(batch, grad="local"))
+            value = self._batch_value()
+        except BaseException:
+            self._abort_batch(accumulated)
+            raise
+        self._end_batch(accumulated, batch, args, kwargs)
+        return value
+
+    # forward in three steps, so that a MetricCollection can sync all its members between them
+    def _begin_batch(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """Swap in fresh states and fold the batch into them (with the caller's autograd mode)."""
+        self._computed = None
+        self._update_count += 1
+        accumulated = self.metric_state
+        self._set_states({n: self._fresh(d) for n, d in self._defaults.items()})
+        try:
+            with self._lifecycle():
+                type(self)._raw_update(self, *args, **kwargs)
+        except BaseException:
+            self._abort_batch(accumulated)
+            raise
+        return accumulated
+
+    def _abort_batch(self, accumulated: dict[str, Any]) -> None:
+        self._set_states(accumulated)
+        self._update_count -= 1
+
+    def _batch_value(self) -> Any:
+        with self._lifecycle():
+            return type(self)._raw_compute(self)
+
+    def _end_batch(self, accumulated: dict[str, Any], batch: dict[str, Any], args: tuple, kwargs: dict) -> None:
+        """Fold the detached batch states into the accumulated ones."""
+        if self._needs_second_update():
+            self._set_states(accumulated)
+            with self._lifecycle(), torch.no_grad():
+                type(self)._raw_update(self, *_detach(args), **_detach(kwargs))
+        else:
+            self._set_states(self._merged(accumulated, _detach(batch), self._update_count))
+        if self.compute_on_cpu:
+            self._move_list_states(torch.device("cpu"))
+
+    def _needs_second_update(self) -> bool:
+        """Merging batch states needs a known reduction; otherwise replay ``update`` on the accumulated ones."""
+        return bool(self.full_state_update) or any(not isinstance(fx, str) for fx in self._reductions.values())
+
+    def _merged(self, acc: dict[str, Any], new: dict[str, Any], count: float) -> dict[str, Any]:
+        """Fold states ``new`` (detached) into ``acc``; a ``mean`` state moves ``1/count`` of the way to new."""
+        out = {}
+        for name, fx in self._reductions.items():
+            a, b = acc[name], new[name]
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+                b = b.to(a.dtype)  # a float64 batch folds into float32 accumulators without changing their dtype
+            if isinstance(a, list):
+                out[name] = a + (b if isinstance(b, list) else [b])
+            elif fx == "sum":
+                out[name] = a + b
+            elif fx == "mean":
+                out[name] = a + (b - a) / count
+            elif fx == "max":
+                out[name] = torch.maximum(a, b)
+            elif fx == "min":
+                out[name] = torch.minimum(a, b)
+            elif fx == "cat":
+                out[name] = torch.cat([a.reshape(-1, *a.shape[1:]), b.reshape(-1, *b.shape[1:])])
+            elif callable(fx):
+                out[name] = fx(torch.stack([a, b]))
+            else:
+                raise RuntimeError(f"{type(self).__name__}: state {name!r} with dist_reduce_fx=None cannot be merged")
+        return out
+
+    def merge_state(self, incoming_state: dict[str, Any] | Metric) -> None:
+        """Merge the states of another metric (or a dict of states) of the same kind into this one.
+
+        Args:
+            incoming_state: a metric of the same class, or a dict with every state of this metric.
+
+        Raises:
+            ValueError: a different metric class, or missing states.
+        """
+        if isinstance(incoming_state, Metric):
+            if type(incoming_state) is not type(self):
+                raise ValueError(
+                    f"`incoming_state` must be a {type(self).__name__}; got {type(incoming_state).__name__}"
+                )
+            other_count, incoming_state = incoming_state._update_count, incoming_state.metric_state
+        elif isinstance(incoming_state, dict):
+            missing = set(self._defaults) - set(incoming_state)
+            if missing:
+                raise ValueError(f"`incoming_state` lacks states {sorted(missing)}")
+            other_count = 1
+        else:
+            raise ValueError(f"`incoming_state` must be a dict or a Metric; got {type(incoming_state).__name__}")
+        total = self._update_count + other_count
+        # `mean` states average with weights update_count : other_count (see _merged's running mean)
+        self._set_states(self._merged(self.metric_state, _detach(dict(incoming_state)), total / max(other_count, 1)))
+        self._update_count = total
+        self._computed = None
+
+    def reset(self) -> None:
+        """Put every state back to its default and clear the update count and the cached value."""
+        self._set_states({n: self._fresh(d) for n, d in self._defaults.items()})
+        self._update_count = 0
+        self._computed = None
+        self._synced_cache = None
+
+    # -------------------------------------------------------------------- sync
+    def _sync_values(self, states: dict[str, Any], grad: str) -> dict[str, Any]:
+        """Synced copies of ``states`` (list states become a one-element list holding the concatenation)."""
+        if self.dist_sync_fn is not None:
+            return self._sync_with_fn(_scaled(self, states, self.process_group) if grad == "local" else states)
+        return sync_metrics({"": self}, {"": states}, self.process_group, self._plan(grad), grad)[""]
+
+    def _plan(self, grad: str) -> SyncPlan:
+        """Step syncs (batch states, input dtype) and epoch syncs (accumulators) keep separate agreed plans."""
+        return self._sync_plans["step" if grad == "local" else "epoch"]
+
+    def _sync_with_fn(self, states: dict[str, Any]) -> dict[str, Any]:
+        """The slow path for a user-provided gather: one call per state, reductions applied locally."""
+        out = {}
+        for name, value in states.items():
+            fx = self._reductions[name]
+            if isinstance(value, list):
+                value = dim_zero_cat(value) if value else torch.zeros(0, device=self._device)
+            pieces = self.dist_sync_fn(value, group=self.process_group)
+            if fx == "cat" or isinstance(self._defaults[name], list):
+                out[name] = torch.cat([p.reshape(-1, *p.shape[1:]) if p.ndim else p.reshape(1) for p in pieces])
+                continue
+            stacked = torch.stack(pieces)
+            reducers = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}
+            out[name] = reducers[fx](stacked, 0) if isinstance(fx, str) else stacked if fx is None else fx(stacked)
+        return out
+
+    def sync(
+        self,
+        dist_sync_fn: Callable | None = None,
+        process_group: Group = None,
+        should_sync: bool = True,
+        distributed_available: Callable[[], bool] | None = None,
+    ) -> None:
+        """Replace the local states by the synced ones (detached); :meth:`unsync` restores them.
+
+        Args:
+            dist_sync_fn: overrides the metric's ``dist_sync_fn`` for this call.
+            process_group: overrides the metric's ``process_group`` for this call.
+            should_sync: ``False`` makes this a no-op.
+            distributed_available: a callable returning whether to sync (default: a process group with more
+                than one rank exists).
+
+        Raises:
+            RuntimeError: the metric is already synced, or ranks disagree on the states.
+        """
+        if not should_sync or not self._defaults:
+            return
+        if self._synced_cache is not None:
+            raise RuntimeError(f"{type(self).__name__} is already synced; call unsync() first")
+        group = process_group if process_group is not None else self.process_group
+        available = distributed_available() if distributed_available is not None else group_size(group) > 1
+        if not available:
+            return
+        saved_fn, saved_group = self.dist_sync_fn, self.process_group
+        self.dist_sync_fn = dist_sync_fn or self.dist_sync_fn
+        self.process_group = group
+        try:
+            local = self.metric_state
+            with torch.no_grad():
+                synced = self._sync_values(local, grad="none")
+        finally:
+            self.dist_sync_fn, self.process_group = saved_fn, saved_group
+        self._synced_cache = local
+        self._set_states(synced)
+
+    def unsync(self, should_unsync: bool = True) -> None:
+        """Restore the local states saved by :meth:`sync`.
+
+        Raises:
+            RuntimeError: the metric is not synced.
+        """
+        if not should_unsync:
+            return
+        if self._synced_cache is None:
+            raise RuntimeError(f"{type(self).__name__} is not synced; nothing to unsync")
+        self._set_states(self._synced_cache)
+        self._synced_cache = None
+
+    @contextmanager
+    def sync_context(
+        self,
+        dist_sync_fn: Callable | None = None,
+        process_group: Group = None,
+        should_sync: bool = True,
+        should_unsync: bool = True,
+        distributed_available: Callable[[], bool] | None = None,
+    ) -> Iterator[None]:
+        """Within the block the states are synced; afterwards the local ones are back (when ``should_unsync``).
+
+        Example:
+            >>> import torch
+            >>> from torchmetrics_diff import SumMetric
+            >>> metric = SumMetric()
+            >>> metric.update(torch.tensor([1.0, 2.0]))
+            >>> with metric.sync_context():  # one process: nothing to sync
+            ...     metric.sum_value
+            tensor(3.)
+        """
+        was_synced = self._synced_cache is not None
+        self.sync(dist_sync_fn, process_group, should_sync, distributed_available)
+        synced = self._synced_cache is not None and not was_synced
+        try:
+            yield
+        finally:
+            if synced and should_unsync:
+                self.unsync()
+
+    # ------------------------------------------------------ copies and devices
+    def clone(self) -> Metric:
+        """A deep copy of the metric, states included."""
+        return deepcopy(self)
+
+    def persistent(self, mode: bool = False) -> None:
+        """Set whether every state is saved in ``state_dict``."""
+        for name in self._persistent:
+            self._persistent[name] = mode
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name, keep in self._persistent.items():
+            if keep:
+                value = getattr(self, name)
+                destination[prefix + name] = _detach(value) if not keep_vars else value
+                if isinstance(value, list):
+                    destination[prefix + name] = list(destination[prefix + name])
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict,
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: list,
+        unexpected_keys: list,
+        error_msgs: list,
+    ) -> None:
+        for name in self._defaults:
+            key = prefix + name
+            if key in state_dict:
+                value = state_dict.pop(key)
+                setattr(self, name, list(value) if isinstance(value, list) else value.to(self._device))
+            elif self._persistent[name] and strict:
+                missing_keys.append(key)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["process_group"] = None  # process groups cannot travel between processes
+        state["_sync_plans"] = {"step": SyncPlan(), "epoch": SyncPlan()}
+        return state
+
+    def __deepcopy__(self, memo: dict) -> Metric:
+        group = self.process_group
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = value if key == "process_group" else deepcopy(value, memo)
+        new.__dict__["process_group"] = group
+        new.__dict__["_sync_plans"] = {"step": SyncPlan(), "epoch": SyncPlan()}
+        return new
+
+    def _apply(self, fn: Callable, *args: Any, **kwargs: Any) -> Metric:
+        """Follow device moves of ``.to()``/``.cuda()``/a parent's ``.to()``, but never a parent's dtype cast.
+
+        ``model.half()`` must not turn accumulators into float16; use :meth:`set_dtype` for that. The target
+        device is read by applying ``fn`` to an empty probe tensor.
+        """
+        super()._apply(fn, *args, **kwargs)
+        device = fn(torch.empty(0, device=self._device)).device
+
+        def move(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                return value.to(device)
+            if isinstance(value, list):
+                return [move(v) for v in value]
+            return value
+
+        self._device = device
+        self._set_states({n: move(v) for n, v in self.metric_state.items()})
+        self._defaults = {n: move(v) for n, v in self._defaults.items()}
+        if self._computed is not None:
+            self._computed = _detach(self._computed)
+            self._computed = move(self._computed) if isinstance(self._computed, (torch.Tensor, list)) else None
+        return self
+
+    def set_dtype(self, dst_type: str | torch.dtype) -> Metric:
+        """Cast every floating-point state (and default) to ``dst_type``.
+
+        Example:
+            >>> import torch
+            >>> from torchmetrics_diff import SumMetric
+            >>> SumMetric().set_dtype(torch.float64).sum_value.dtype
+            torch.float64
+        """
+        dtype = getattr(torch, dst_type) if isinstance(dst_type, str) else dst_type
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"`dst_type` must be a torch.dtype; got {dst_type!r}")
+
+        def cast(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                return value.to(dtype) if value.is_floating_point() else value
+            if isinstance(value, list):
+                return [cast(v) for v in value]
+            return value
+
+        self._dtype = dtype
+        self._set_states({n: cast(v) for n, v in self.metric_state.items()})
+        self._defaults = {n: cast(v) for n, v in self._defaults.items()}
+        self._computed = None
+        return self
+
+    def half(self) -> Metric:
+        """Cast floating states to float16 (a parent module's ``.half()`` leaves them alone)."""
+        return self.set_dtype(torch.float16)
+
+    def float(self) -> Metric:
+        """Cast floating states to float32."""
+        return self.set_dtype(torch.float32)
+
+    def double(self) -> Metric:
+        """Cast floating states to float64."""
+        return self.set_dtype(torch.float64)
+
+    def _move_list_states(self, device: torch.device) -> None:
+        for name, default in self._defaults.items():
+            if isinstance(default, list):
+                setattr(self, name, [t.to(device) for t in getattr(self, name)])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    __hash__ = nn.Module.__hash__
+
+    def __iter__(self) -> Iterator:
+        raise TypeError(f"{type(self).__name__} is not iterable")
+
+    def __pos__(self) -> Metric:
+        """``+metric`` is the metric itself (torchmetrics returns ``abs(metric)``)."""
+        return self
+
+
+def _scaled(metric: Metric, states: dict[str, Any], group: Group) -> dict[str, Any]:
+    """``states`` whose gradient is multiplied by the group size under ``grad_reduction="mean"``."""
+    scale = group_size(group) if metric.grad_reduction == "mean" else 1
+    if scale == 1 or not torch.is_grad_enabled():
+        return states
+    return {
+        n: [scale_grad(t, scale) for t in v] if isinstance(v, list) else scale_grad(v, scale) for n, v in states.items()
+    }
+
+
+def sync_metrics(
+    metrics: dict[str, Metric], states: dict[str, dict[str, Any]], group: Group, plan: SyncPlan, grad: str
+) -> dict[str, dict[str, Any]]:
+    """Sync the states of several metrics in one engine call (the same buckets); returns them per metric.
+
+    Args:
+        metrics: key -> metric; a key prefixes that metric's state names in error messages ("" for none).
+        states: key -> that metric's states to sync.
+        group: the process group.
+        plan: the caller's :class:`~torchmetrics_diff.distributed._sync.SyncPlan`.
+        grad: ``"none"`` or ``"local"`` (each metric's ``grad_reduction`` scales its local gradient).
+    """
+    flat: dict[str, Any] = {}
+    reductions: dict[str, Any] = {}
+    for key, metric in metrics.items():
+        own = _scaled(metric, states[key], group) if grad == "local" else states[key]
+        for name, value in own.items():
+            flat[f"{key}.{name}" if key else name] = value
+            reductions[f"{key}.{name}" if key else name] = metric._reductions[name]
+    owner = type(next(iter(metrics.values()))).__name__ if len(metrics) == 1 else "MetricCollection"
+    device = next(iter(metrics.values())).device
+    synced = sync_states(flat, reductions, group, plan=plan, grad=grad, owner=owner, device=device)
+    out: dict[str, dict[str, Any]] = {key: {} for key in metrics}
+    for key, metric in metrics.items():
+        for name in states[key]:
+            value = synced[f"{key}.{name}" if key else name]
+            if isinstance(metric._defaults[name], list) and isinstance(value, torch.Tensor):
+                value = [value]
+            out[key][name] = value
+    return out
+
+
+def _operator(fn: Callable, reflected: bool = False) -> Callable:
+    def method(self: Metric, other: Any = None) -> Metric:
+        from torchmetrics_diff.composition import CompositionalMetric
+
+        return CompositionalMetric(fn, other, self) if reflected else CompositionalMetric(fn, self, other)
+
+    method.__name__ = getattr(fn, "__name__", "op")
+    return method
+
+
+def _unary(fn: Callable) -> Callable:
+    def method(self: Metric) -> Metric:
+        from torchmetrics_diff.composition import CompositionalMetric
+
+        return CompositionalMetric(fn, self, None)
+
+    return method
+
+
+_BINARY = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
+    "matmul": operator.matmul,
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+}
+_COMPARE = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
+for _name, _fn in _BINARY.items():
+    setattr(Metric, f"__{_name}__", _operator(_fn))
+    setattr(Metric, f"__r{_name}__", _operator(_fn, reflected=True))
+for _name, _fn in _COMPARE.items():
+    setattr(Metric, f"__{_name}__", _operator(_fn))
+for _name, _fn in {"neg": torch.neg, "abs": torch.abs, "invert": torch.bitwise_not}.items():
+    setattr(Metric, f"__{_name}__", _unary(_fn))
+
+
+def _wrap(raw: Callable, template: Callable) -> Callable:
+    @functools.wraps(raw)
+    def wrapped(self: Metric, *args: Any, **kwargs: Any) -> Any:
+        return template(self, raw, *args, **kwargs)
+
+    return wrapped
