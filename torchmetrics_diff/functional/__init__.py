@@ -1,0 +1,66 @@
+"""The losses as pure functions.
+
+``clip_loss``, ``info_nce_loss``, ... take the *already global* tensors (one process, or tensors you gathered
+yourself); ``*_block`` forms score a block of rows; ``global_*`` forms take each rank's local rows and return the
+global-batch loss with the gradient contract (``strategy="replicated" | "sharded"``).
+"""
+
+from __future__ import annotations
+
+from torchmetrics_diff.functional._contrastive import (
+    BarlowTwinsStats,
+    barlow_twins_from_stats,
+    barlow_twins_loss,
+    barlow_twins_stats,
+    clip_block,
+    clip_loss,
+    info_nce_block,
+    info_nce_loss,
+    siglip_block,
+    siglip_loss,
+    supcon_block,
+    supcon_loss,
+    token_cross_entropy,
+    token_cross_entropy_block,
+    weighted_mean,
+    weighted_mean_block,
+)
+from torchmetrics_diff.functional._global import (
+    STRATEGIES,
+    global_barlow_twins_loss,
+    global_clip_loss,
+    global_info_nce_loss,
+    global_rows_loss,
+    global_siglip_loss,
+    global_supcon_loss,
+    global_token_cross_entropy,
+    global_weighted_mean,
+)
+
+__all__ = [
+    "STRATEGIES",
+    "BarlowTwinsStats",
+    "barlow_twins_from_stats",
+    "barlow_twins_loss",
+    "barlow_twins_stats",
+    "clip_block",
+    "clip_loss",
+    "global_barlow_twins_loss",
+    "global_clip_loss",
+    "global_info_nce_loss",
+    "global_rows_loss",
+    "global_siglip_loss",
+    "global_supcon_loss",
+    "global_token_cross_entropy",
+    "global_weighted_mean",
+    "info_nce_block",
+    "info_nce_loss",
+    "siglip_block",
+    "siglip_loss",
+    "supcon_block",
+    "supcon_loss",
+    "token_cross_entropy",
+    "token_cross_entropy_block",
+    "weighted_mean",
+    "weighted_mean_block",
+]

@@ -1,0 +1,378 @@
+"""Global-batch losses across ranks: the maths of ``_contrastive`` run on every rank's rows (DESIGN §1, §5).
+
+Each ``global_*`` function takes the *local* rows and returns, on every rank, the loss of the concatenated
+global batch. Its gradient, after a trainer averages gradients over the ``W`` ranks (``grad_reduction="mean"``:
+DDP, FSDP, DeepSpeed) or sums them (``"sum"``), equals that of one process on the global batch.
+
+Two strategies:
+
+- ``"replicated"``: gather every rank's rows (``grad="local"``), every rank computes the whole (N, N) loss;
+  the local slot's gradient is scaled by ``W`` under averaging. No communication in backward.
+- ``"sharded"``: gather the candidates with ``grad="sync"``, each rank scores only its own rows against all
+  of them (B × N instead of N × N), normalized by the global count; one scalar all-reduce gives the value.
+  The backward reduce-scatters the candidates' gradients to their owners. ``W`` times less compute and
+  memory per rank for the loss.
+
+All views of a sample travel in one collective (packed side by side), so every rank issues the same
+collectives in the same order in forward and backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
+from torchmetrics_diff.distributed._autograd import scale_grad
+from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
+from torchmetrics_diff.functional._contrastive import (
+    Scalar,
+    _check_float_tensor,
+    _check_labels,
+    _check_same_shape,
+    _check_scalar,
+    _safe_divide,
+    barlow_twins_from_stats,
+    barlow_twins_loss,  # noqa: F401 (doctest)
+    barlow_twins_stats,
+    clip_block,
+    info_nce_block,
+    siglip_block,
+    supcon_block,
+    token_cross_entropy_block,
+    weighted_mean_block,
+)
+
+STRATEGIES = ("replicated", "sharded")
+GRAD_REDUCTIONS = ("mean", "sum")
+
+# block(local_views, all_views, row_start) -> (loss_sum, count) of the anchors in the local rows
+Block = Callable[[Sequence[Tensor], Sequence[Tensor], int], "tuple[Tensor, Tensor]"]
+
+
+def _check_options(strategy: str, grad_reduction: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"`strategy` must be one of {STRATEGIES}; got {strategy!r}")
+    if grad_reduction not in GRAD_REDUCTIONS:
+        raise ValueError(f"`grad_reduction` must be one of {GRAD_REDUCTIONS}; got {grad_reduction!r}")
+
+
+def _pack(views: Sequence[Tensor]) -> tuple[Tensor, list[tuple[int, ...]]]:
+    """Rows of every view side by side, (n, Σ width), so one collective moves them all."""
+    dtype = views[0].dtype
+    for v in views[1:]:
+        dtype = torch.promote_types(dtype, v.dtype)
+    flat = [v.to(dtype).reshape(v.shape[0], int(torch.Size(v.shape[1:]).numel())) for v in views]
+    return torch.cat(flat, dim=1), [tuple(v.shape[1:]) for v in views]
+
+
+def _unpack(packed: Tensor, trailing: list[tuple[int, ...]]) -> list[Tensor]:
+    widths = [int(torch.Size(t).numel()) for t in trailing]
+    return [p.reshape(packed.shape[0], *t) for p, t in zip(packed.split(widths, dim=1), trailing)]
+
+
+def global_rows_loss(
+    views: Sequence[Tensor],
+    block: Block,
+    *,
+    strategy: str = "sharded",
+    group: Group = None,
+    grad_reduction: str = "mean",
+) -> Tensor:
+    """The global-batch mean loss of a row-decomposable loss, given each rank's rows.
+
+    The building block of every contrastive loss here; use it for your own.
+
+    Args:
+        views: tensors with the same number of rows (the local samples), e.g. ``(img, txt)``.
+        block: ``block(local_views, all_views, row_start) -> (loss_sum, count)``: the loss summed over the
+            anchors of rows ``[row_start, row_start + n)`` against all ``N`` global rows.
+        strategy: ``"replicated"`` or ``"sharded"`` (see the module docstring).
+        group: the process group (``None``: default).
+        grad_reduction: ``"mean"`` when the trainer averages gradients over ranks (DDP), ``"sum"`` otherwise.
+
+    Returns:
+        The global loss ``Σ loss_sum / Σ count`` (``0`` when the global count is 0), identical on every rank.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.functional import clip_block
+        >>> img, txt = torch.eye(3), torch.eye(3)
+        >>> block = lambda local, every, start: clip_block(*local, *every, 1.0, start)
+        >>> global_rows_loss([img, txt], block)  # one process: the plain loss
+        tensor(0.5514)
+    """
+    _check_options(strategy, grad_reduction)
+    world = group_size(group)
+    if world == 1:
+        loss_sum, count = block(views, views, 0)
+        return _safe_divide(loss_sum, count)
+    rank = group_rank(group)
+    scale = world if grad_reduction == "mean" else 1
+    packed, trailing = _pack(views)
+    if strategy == "replicated":
+        every = torch.cat(gather_all_tensors(scale_grad(packed, scale), group, grad="local"))
+        all_views = _unpack(every, trailing)
+        loss_sum, count = block(all_views, all_views, 0)
+        return _safe_divide(loss_sum, count)
+    pieces = gather_all_tensors(packed, group, grad="sync")
+    row_start = sum(p.shape[0] for p in pieces[:rank])
+    loss_sum, count = block(views, _unpack(torch.cat(pieces), trailing), row_start)
+    totals = all_reduce(torch.stack([loss_sum.detach(), count.detach().to(loss_sum.dtype)]), "sum", group, grad="none")
+    global_count = totals[1].clamp_min(1)
+    share = loss_sum * scale / global_count
+    return totals[0] / global_count + (share - share.detach())
+
+
+def global_clip_loss(
+    image_embeds: Tensor,
+    text_embeds: Tensor,
+    logit_scale: Scalar,
+    *,
+    strategy: str = "sharded",
+    group: Group = None,
+    grad_reduction: str = "mean",
+) -> Tensor:
+    """Symmetric CLIP loss of the global batch (every rank's rows), from this rank's rows.
+
+    Args:
+        image_embeds: local image embeddings (B, D), used as given (normalize in the model).
+        text_embeds: local text embeddings (B, D); row i pairs with image row i.
+        logit_scale: the multiplier of the similarities (e.g. ``model.logit_scale.exp()``).
+        strategy: ``"replicated"`` or ``"sharded"``.
+        group: the process group.
+        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
+
+    Example:
+        >>> import torch
+        >>> global_clip_loss(torch.eye(2), torch.eye(2), 1.0)
+        tensor(0.3133)
+    """
+    _check_float_tensor("image_embeds", image_embeds, 2, "(B, D)")
+    _check_same_shape("text_embeds", text_embeds, "image_embeds", image_embeds)
+    _check_scalar("logit_scale", logit_scale)
+    return global_rows_loss(
+        [image_embeds, text_embeds],
+        lambda loc, every, start: clip_block(*loc, *every, logit_scale, start),
+        strategy=strategy,
+        group=group,
+        grad_reduction=grad_reduction,
+    )
+
+
+def global_info_nce_loss(
+    z1: Tensor,
+    z2: Tensor,
+    temperature: Scalar = 0.1,
+    *,
+    strategy: str = "sharded",
+    group: Group = None,
+    grad_reduction: str = "mean",
+) -> Tensor:
+    """NT-Xent (SimCLR) loss of the global batch: 2N anchors, each against all other 2N - 1 embeddings.
+
+    Example:
+        >>> import torch
+        >>> z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+        >>> global_info_nce_loss(z, z, temperature=0.5)
+        tensor(0.2395)
+    """
+    _check_float_tensor("z1", z1, 2, "(B, D)")
+    _check_same_shape("z2", z2, "z1", z1)
+    _check_scalar("temperature", temperature, positive=True)
+    return global_rows_loss(
+        [z1, z2],
+        lambda loc, every, start: info_nce_block(*loc, *every, temperature, start),
+        strategy=strategy,
+        group=group,
+        grad_reduction=grad_reduction,
+    )
+
+
+def global_supcon_loss(
+    features: Tensor,
+    labels: Tensor | None = None,
+    temperature: Scalar = 0.1,
+    *,
+    strategy: str = "sharded",
+    group: Group = None,
+    grad_reduction: str = "mean",
+) -> Tensor:
+    """Supervised contrastive loss of the global batch; labels are gathered too (without gradient).
+
+    Args:
+        features: local features (B, D) or (B, V, D) with V views per sample.
+        labels: local integer labels (B,); ``None``: every sample its own class.
+        temperature: the divisor of the cosine similarities.
+        strategy: ``"replicated"`` or ``"sharded"``.
+        group: the process group.
+        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
+
+    Example:
+        >>> import torch
+        >>> feats = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+        >>> global_supcon_loss(feats, torch.tensor([0, 0, 1]), temperature=1.0)
+        tensor(0.4846)
+    """
+    _check_float_tensor("features", features, (2, 3), "(B, D) or (B, V, D)")
+    _check_scalar("temperature", temperature, positive=True)
+    if labels is None:
+        labels = torch.zeros(0, dtype=torch.int64, device=features.device)
+        unique = True
+    else:
+        _check_labels("labels", labels, features.shape[0])
+        unique = False
+    labels_all = None if unique else all_gather_cat(labels.reshape(-1), group, grad="none")
+    if unique and group_size(group) > 1:
+        # every sample its own class: global indices, which need the global row count
+        sizes = [t.shape[0] for t in gather_all_tensors(labels.new_zeros(features.shape[0]), group, grad="none")]
+        labels_all = torch.arange(sum(sizes), device=features.device)
+    return global_rows_loss(
+        [features],
+        lambda loc, every, start: supcon_block(loc[0], every[0], labels_all, temperature, start),
+        strategy=strategy,
+        group=group,
+        grad_reduction=grad_reduction,
+    )
+
+
+def global_siglip_loss(
+    image_embeds: Tensor,
+    text_embeds: Tensor,
+    logit_scale: Scalar,
+    logit_bias: Scalar,
+    *,
+    strategy: str = "sharded",
+    group: Group = None,
+    grad_reduction: str = "mean",
+) -> Tensor:
+    """Pairwise sigmoid (SigLIP) loss of the global batch, normalized by the global row count.
+
+    Example:
+        >>> import torch
+        >>> global_siglip_loss(torch.eye(2), torch.eye(2), 10.0, -5.0)
+        tensor(0.0134)
+    """
+    _check_float_tensor("image_embeds", image_embeds, 2, "(B, D)")
+    _check_same_shape("text_embeds", text_embeds, "image_embeds", image_embeds)
+    _check_scalar("logit_scale", logit_scale)
+    _check_scalar("logit_bias", logit_bias)
+    return global_rows_loss(
+        [image_embeds, text_embeds],
+        lambda loc, every, start: siglip_block(loc[0], every[1], logit_scale, logit_bias, start),
+        strategy=strategy,
+        group=group,
+        grad_reduction=grad_reduction,
+    )
+
+
+def global_barlow_twins_loss(
+    za: Tensor,
+    zb: Tensor,
+    lambda_offdiag: float = 5e-3,
+    eps: float = 1e-5,
+    *,
+    group: Group = None,
+    grad_reduction: str = "mean",
+) -> Tensor:
+    """Barlow Twins loss of the global batch from all-reduced sufficient statistics.
+
+    One differentiable all-reduce of ``D² + 4D + 1`` numbers, whatever the batch size: the exact global
+    cross-correlation (not per-rank batch normalization).
+
+    Example:
+        >>> import torch
+        >>> gen = torch.Generator().manual_seed(0)
+        >>> za, zb = torch.randn(8, 3, generator=gen), torch.randn(8, 3, generator=gen)
+        >>> torch.allclose(global_barlow_twins_loss(za, zb), barlow_twins_loss(za, zb))
+        True
+    """
+    _check_options("sharded", grad_reduction)
+    stats = barlow_twins_stats(za, zb)
+    world = group_size(group)
+    if world > 1:
+        shapes = [s.shape for s in stats]
+        flat = torch.cat([s.reshape(-1) for s in stats])
+        flat = all_reduce(scale_grad(flat, world if grad_reduction == "mean" else 1), "sum", group, grad="local")
+        stats = type(stats)(*(p.reshape(s) for p, s in zip(flat.split([s.numel() for s in shapes]), shapes)))
+    return barlow_twins_from_stats(stats, lambda_offdiag, eps)
+
+
+def _global_normalized(
+    loss_sum: Tensor, count: Tensor, total: Tensor | float | None, group: Group, grad_reduction: str
+) -> Tensor:
+    """``Σ_ranks loss_sum / denominator`` where the denominator is ``total`` or ``Σ_ranks count``."""
+    _check_options("sharded", grad_reduction)
+    world = group_size(group)
+    if world == 1:
+        denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype, device=loss_sum.device)
+        return _safe_divide(loss_sum, denominator)
+    totals = all_reduce(torch.stack([loss_sum.detach(), count.detach().to(loss_sum.dtype)]), "sum", group, grad="none")
+    denominator = totals[1] if total is None else torch.as_tensor(total, dtype=loss_sum.dtype, device=loss_sum.device)
+    denominator = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
+    share = loss_sum * (world if grad_reduction == "mean" else 1) / denominator
+    return totals[0] / denominator + (share - share.detach())
+
+
+def global_weighted_mean(
+    values: Tensor,
+    weight: Tensor | float | None = None,
+    mask: Tensor | None = None,
+    *,
+    total: Tensor | float | None = None,
+    group: Group = None,
+    grad_reduction: str = "mean",
+) -> Tensor:
+    """``Σ w·v / Σ w`` over every rank's elements: a per-element loss normalized by the global weight.
+
+    Args:
+        values: per-element losses, any shape.
+        weight: weights broadcastable to ``values`` (``None``: 1).
+        mask: bool mask broadcastable to ``values``; masked elements are excluded (NaN there is harmless).
+        total: the global denominator when it is known in advance (gradient accumulation: the weight of
+            every micro-batch of the optimizer step on every rank); the value is then this call's global
+            weighted sum over ``total``, and the values of the step's calls add up to the step's loss.
+        group: the process group.
+        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
+
+    Example:
+        >>> import torch
+        >>> global_weighted_mean(torch.tensor([1.0, 2.0, 9.0]), mask=torch.tensor([True, True, False]))
+        tensor(1.5000)
+    """
+    loss_sum, count = weighted_mean_block(values, weight, mask)
+    return _global_normalized(loss_sum, count, total, group, grad_reduction)
+
+
+def global_token_cross_entropy(
+    logits: Tensor,
+    target: Tensor,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    *,
+    total: Tensor | float | None = None,
+    group: Group = None,
+    grad_reduction: str = "mean",
+) -> Tensor:
+    """Token-level cross-entropy divided by the number of valid tokens of every rank (or by ``total``).
+
+    Args:
+        logits: (..., C), the class dimension last.
+        target: (...) class indices; ``ignore_index`` marks padding.
+        ignore_index: target value to skip.
+        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`.
+        total: the global number of valid tokens of the whole optimizer step, when accumulating gradients.
+        group: the process group.
+        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
+
+    Example:
+        >>> import torch
+        >>> logits = torch.zeros(1, 3, 4)
+        >>> global_token_cross_entropy(logits, torch.tensor([[0, 1, -100]]))  # log(4)
+        tensor(1.3863)
+    """
+    loss_sum, count = token_cross_entropy_block(logits, target, ignore_index, label_smoothing)
+    return _global_normalized(loss_sum, count, total, group, grad_reduction)
