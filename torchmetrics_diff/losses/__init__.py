@@ -1,0 +1,18 @@
+"""Global-batch losses as metrics: call them like a loss, get the one-big-device gradient under DDP."""
+
+from __future__ import annotations
+
+from torchmetrics_diff.losses._base import GlobalBatchLoss
+from torchmetrics_diff.losses.contrastive import BarlowTwinsLoss, CLIPLoss, InfoNCELoss, SigLIPLoss, SupConLoss
+from torchmetrics_diff.losses.normalized import GlobalMeanLoss, TokenCrossEntropyLoss
+
+__all__ = [
+    "BarlowTwinsLoss",
+    "CLIPLoss",
+    "GlobalBatchLoss",
+    "GlobalMeanLoss",
+    "InfoNCELoss",
+    "SigLIPLoss",
+    "SupConLoss",
+    "TokenCrossEntropyLoss",
+]

@@ -1,0 +1,172 @@
+"""Contrastive losses over the global batch: CLIP, InfoNCE (NT-Xent), SupCon, SigLIP, and Barlow Twins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from torchmetrics_diff.functional import _contrastive as F
+from torchmetrics_diff.functional import _global as G
+from torchmetrics_diff.losses._base import GlobalBatchLoss
+
+
+def _check_temperature(temperature: float) -> float:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise ValueError(f"`temperature` must be a finite positive number; got {temperature!r}")
+    if not (0 < float(temperature) < float("inf")):
+        raise ValueError(f"`temperature` must be a finite positive number; got {temperature!r}")
+    return float(temperature)
+
+
+class CLIPLoss(GlobalBatchLoss):
+    r"""Symmetric image–text contrastive loss of CLIP (Radford et al., 2021) over the global batch.
+
+    .. math::
+        \ell = \frac{1}{2N}\sum_{i=1}^{N}\big[\mathrm{CE}(s\,I T^\top, i)_i + \mathrm{CE}(s\,T I^\top, i)_i\big]
+
+    over the ``N`` rows of every rank, with ``s`` the ``logit_scale`` given per call.
+
+    Args:
+        strategy: ``"sharded"`` (default: each rank scores its own rows against all) or ``"replicated"``.
+        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.losses import CLIPLoss
+        >>> loss = CLIPLoss()
+        >>> img = torch.nn.functional.normalize(torch.tensor([[1.0, 0.2], [0.1, 1.0]]), dim=1)
+        >>> txt = torch.nn.functional.normalize(torch.tensor([[0.9, 0.1], [0.0, 1.0]]), dim=1)
+        >>> loss(img, txt, logit_scale=torch.tensor(10.0))
+        tensor(0.0004)
+    """
+
+    def _loss(self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float, *, sync: bool) -> Tensor:
+        if not sync:
+            return F.clip_loss(image_embeds, text_embeds, logit_scale)
+        return G.global_clip_loss(image_embeds, text_embeds, logit_scale, **self._options())
+
+
+class InfoNCELoss(GlobalBatchLoss):
+    r"""NT-Xent loss of SimCLR (Chen et al., 2020) over the global batch of two views.
+
+    The 2N L2-normalized embeddings of every rank; each is an anchor whose positive is the other view of its
+    sample and whose negatives are the other 2N - 2:
+
+    .. math::
+        \ell = \frac{1}{2N}\sum_{a}-\log\frac{\exp(\cos(z_a, z_{p(a)})/\tau)}{\sum_{k\ne a}\exp(\cos(z_a, z_k)/\tau)}
+
+    Args:
+        temperature: ``τ``, a finite positive number.
+        strategy: ``"sharded"`` (default) or ``"replicated"``.
+        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.losses import InfoNCELoss
+        >>> z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+        >>> InfoNCELoss(temperature=0.5)(z, z)
+        tensor(0.2395)
+    """
+
+    def __init__(self, temperature: float = 0.1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.temperature = _check_temperature(temperature)
+
+    def _loss(self, z1: Tensor, z2: Tensor, *, sync: bool) -> Tensor:
+        if not sync:
+            return F.info_nce_loss(z1, z2, self.temperature)
+        return G.global_info_nce_loss(z1, z2, self.temperature, **self._options())
+
+
+class SupConLoss(GlobalBatchLoss):
+    r"""Supervised contrastive loss (Khosla et al., 2020, :math:`L^{sup}_{out}`) over the global batch.
+
+    Labels are gathered from every rank (without gradient). Anchors without a positive are left out; the mean
+    is over the global number of anchors with at least one positive.
+
+    Args:
+        temperature: ``τ``, a finite positive number.
+        strategy: ``"sharded"`` (default) or ``"replicated"``.
+        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.losses import SupConLoss
+        >>> feats = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+        >>> SupConLoss(temperature=1.0)(feats, torch.tensor([0, 0, 1]))
+        tensor(0.4846)
+    """
+
+    def __init__(self, temperature: float = 0.1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.temperature = _check_temperature(temperature)
+
+    def _loss(self, features: Tensor, labels: Tensor | None = None, *, sync: bool) -> Tensor:
+        if not sync:
+            return F.supcon_loss(features, labels, self.temperature)
+        return G.global_supcon_loss(features, labels, self.temperature, **self._options())
+
+
+class SigLIPLoss(GlobalBatchLoss):
+    r"""Pairwise sigmoid loss of SigLIP (Zhai et al., 2023) over the global batch.
+
+    .. math::
+        \ell = -\frac{1}{N}\sum_{i,j}\log\sigma\big(z_{ij}(t\,x_i\cdot y_j + b)\big),\quad z_{ij}=\pm1
+
+    with ``t = logit_scale`` and ``b = logit_bias`` given per call.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.losses import SigLIPLoss
+        >>> SigLIPLoss()(torch.eye(2), torch.eye(2), torch.tensor(10.0), torch.tensor(-5.0))
+        tensor(0.0134)
+    """
+
+    def _loss(
+        self,
+        image_embeds: Tensor,
+        text_embeds: Tensor,
+        logit_scale: Tensor | float,
+        logit_bias: Tensor | float,
+        *,
+        sync: bool,
+    ) -> Tensor:
+        if not sync:
+            return F.siglip_loss(image_embeds, text_embeds, logit_scale, logit_bias)
+        return G.global_siglip_loss(image_embeds, text_embeds, logit_scale, logit_bias, **self._options())
+
+
+class BarlowTwinsLoss(GlobalBatchLoss):
+    r"""Barlow Twins (Zbontar et al., 2021) on the cross-correlation of the global batch.
+
+    Computed from all-reduced sufficient statistics (``Σz``, ``Σz²``, ``Σ z_a z_bᵀ``, count): the
+    communication is ``O(D²)`` whatever the batch size, and the objective is that of the global batch (not a
+    per-rank batch normalization). ``strategy`` does not apply.
+
+    .. math::
+        \ell = \sum_i (1 - C_{ii})^2 + \lambda \sum_{i \ne j} C_{ij}^2
+
+    Args:
+        lambda_offdiag: ``λ``.
+        eps: added to the variances.
+        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.losses import BarlowTwinsLoss
+        >>> za = torch.tensor([[1.0, 2.0], [2.0, 1.0], [3.0, 3.0]])
+        >>> BarlowTwinsLoss()(za, za)
+        tensor(0.0025)
+    """
+
+    def __init__(self, lambda_offdiag: float = 5e-3, eps: float = 1e-5, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lambda_offdiag, self.eps = float(lambda_offdiag), float(eps)
+
+    def _loss(self, za: Tensor, zb: Tensor, *, sync: bool) -> Tensor:
+        if not sync:
+            return F.barlow_twins_loss(za, zb, self.lambda_offdiag, self.eps)
+        return G.global_barlow_twins_loss(
+            za, zb, self.lambda_offdiag, self.eps, group=self.process_group, grad_reduction=self.grad_reduction
+        )

@@ -1,0 +1,174 @@
+"""Losses normalized by a global count: a per-element loss divided by the valid elements of every rank.
+
+The case to get right is token-level cross-entropy with padding under DDP *and* gradient accumulation: the
+denominator is the number of valid tokens over every rank and every micro-batch of the optimizer step. Dividing
+per micro-batch or per rank weights tokens unequally. The count is known before the micro-batches run (it only
+needs the targets), so :meth:`GlobalMeanLoss.accumulate` takes it up front, in one all-reduce::
+
+    loss_fn = TokenCrossEntropyLoss()
+    for micro_batches in loader:                      # the k micro-batches of one optimizer step
+        with loss_fn.accumulate([mb["labels"] for mb in micro_batches]):
+            for mb in micro_batches:
+                loss = loss_fn(model(mb["input_ids"]), mb["labels"])
+                loss.backward()                        # (inside model.no_sync() but for the last one)
+        optimizer.step(); optimizer.zero_grad()
+
+Within the block each call returns its share of the step's loss (the shares add up to the step's global loss),
+and leaving the block checks that the micro-batches seen add up to the planned count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from torchmetrics_diff.distributed import all_reduce
+from torchmetrics_diff.distributed._backend import group_size
+from torchmetrics_diff.functional import _contrastive as F
+from torchmetrics_diff.functional._global import _global_normalized
+from torchmetrics_diff.metric import Metric
+
+
+class GlobalMeanLoss(Metric):
+    """``Σ w·v / Σ w`` over every rank's elements: any per-element loss normalized by the global weight.
+
+    Call it as ``loss(values, weight=None, mask=None)`` with per-element losses (e.g.
+    ``F.cross_entropy(..., reduction="none")``), optional weights and/or a bool mask. The returned value is
+    identical on every rank and its gradient is the one-big-device gradient (DESIGN §1). :meth:`compute`
+    returns the weighted mean over every element seen since the last reset, over every rank.
+
+    Args:
+        dist_sync_on_step: normalize by the global weight (default ``True``); ``False``: the local mean.
+        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.losses import GlobalMeanLoss
+        >>> loss = GlobalMeanLoss()
+        >>> loss(torch.tensor([1.0, 2.0, 9.0]), mask=torch.tensor([True, True, False]))
+        tensor(1.5000)
+        >>> with loss.accumulate([torch.tensor([True, True]), torch.tensor([True, False])]):  # 3 valid elements
+        ...     first = loss(torch.tensor([3.0, 3.0]), mask=torch.tensor([True, True]))
+        ...     second = loss(torch.tensor([6.0, 0.0]), mask=torch.tensor([True, False]))
+        >>> first, second, first + second  # shares of the step's mean (3 + 3 + 6) / 3
+        (tensor(2.), tensor(2.), tensor(4.))
+    """
+
+    is_differentiable = True
+    higher_is_better = False
+    full_state_update = False
+
+    def __init__(self, *, dist_sync_on_step: bool = True, **kwargs: Any) -> None:
+        super().__init__(dist_sync_on_step=dist_sync_on_step, **kwargs)
+        self.add_state("loss_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("weight", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self._plan: list[float] | None = None  # [global total, local planned, local seen] inside accumulate()
+
+    def _block(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        return F.weighted_mean_block(*args, **kwargs)
+
+    def _local_count(self, item: Any) -> Tensor:
+        """The weight one planned micro-batch contributes (``item`` is what you pass as ``weight``/``mask``)."""
+        item = torch.as_tensor(item)
+        return item.sum().to(torch.float64)
+
+    @contextmanager
+    def accumulate(self, items: Sequence[Any] | None = None, *, total: float | Tensor | None = None) -> Iterator[None]:
+        """Normalize every call in the block by the weight of *all* its micro-batches on every rank.
+
+        Args:
+            items: what each micro-batch of this rank will pass as weight or mask (for
+                :class:`TokenCrossEntropyLoss`: its targets); their global total is the denominator.
+            total: the global denominator itself, when you have it (no collective).
+
+        Raises:
+            ValueError: neither or both of ``items`` and ``total``.
+            RuntimeError: on leaving the block, when the calls inside did not add up to the planned weight.
+        """
+        if (items is None) == (total is None):
+            raise ValueError("accumulate() needs exactly one of `items` (per micro-batch) or `total`")
+        if self._plan is not None:
+            raise RuntimeError(f"{type(self).__name__}.accumulate() blocks cannot be nested")
+        if items is not None:
+            local = sum((self._local_count(i) for i in items), torch.tensor(0.0, dtype=torch.float64))
+            planned_local = float(local)
+            if self.dist_sync_on_step and group_size(self.process_group) > 1:
+                local = all_reduce(local, "sum", self.process_group, grad="none")
+            total = float(local)
+        else:
+            planned_local = None
+        self._plan = [float(total), planned_local, 0.0]
+        try:
+            yield
+        except BaseException:
+            self._plan = None
+            raise
+        plan, self._plan = self._plan, None
+        if plan[1] is not None and abs(plan[2] - plan[1]) > 1e-6 * max(1.0, plan[1]):
+            raise RuntimeError(
+                f"{type(self).__name__}.accumulate(): the micro-batches planned a weight of {plan[1]:g} on this "
+                f"rank but the calls inside the block brought {plan[2]:g}"
+            )
+
+    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
+        """This call's loss (its share of the step's loss inside :meth:`accumulate`), differentiable."""
+        loss_sum, count = self._block(*args, **kwargs)
+        self._computed = None
+        self._update_count += 1
+        self.loss_sum = self.loss_sum + loss_sum.detach().to(torch.float64)
+        self.weight = self.weight + count.detach().to(torch.float64)
+        total = None
+        if self._plan is not None:
+            total = self._plan[0]
+            self._plan[2] += float(count)
+        if not self.dist_sync_on_step:
+            denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype)
+            return F._safe_divide(loss_sum, denominator)
+        return _global_normalized(loss_sum, count, total, self.process_group, self.grad_reduction)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Accumulate the weighted sum and weight of a batch (no gradient)."""
+        loss_sum, count = self._block(*args, **kwargs)
+        self.loss_sum = self.loss_sum + loss_sum.to(torch.float64)
+        self.weight = self.weight + count.to(torch.float64)
+
+    def compute(self) -> Tensor:
+        """The weighted mean over everything seen (every rank when ``sync_on_compute``)."""
+        return self.loss_sum / self.weight
+
+
+class TokenCrossEntropyLoss(GlobalMeanLoss):
+    """Token-level cross-entropy divided by the number of non-ignored tokens of every rank.
+
+    Called as ``loss(logits, target)`` with ``logits`` (..., C) (class dimension last, the language-model
+    layout) and ``target`` (...). Inside :meth:`~GlobalMeanLoss.accumulate`, give the targets of the step's
+    micro-batches: the denominator is then the valid tokens of every micro-batch on every rank.
+
+    Args:
+        ignore_index: target value of padding tokens.
+        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`.
+        kwargs: :class:`GlobalMeanLoss` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.losses import TokenCrossEntropyLoss
+        >>> loss = TokenCrossEntropyLoss()
+        >>> loss(torch.zeros(1, 3, 4), torch.tensor([[0, 1, -100]]))  # two valid tokens, each log(4)
+        tensor(1.3863)
+    """
+
+    def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not 0.0 <= float(label_smoothing) <= 1.0:
+            raise ValueError(f"`label_smoothing` must be in [0, 1]; got {label_smoothing!r}")
+        self.ignore_index, self.label_smoothing = int(ignore_index), float(label_smoothing)
+
+    def _block(self, logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+        return F.token_cross_entropy_block(logits, target, self.ignore_index, self.label_smoothing)
+
+    def _local_count(self, item: Any) -> Tensor:
+        return (torch.as_tensor(item) != self.ignore_index).sum().to(torch.float64)
