@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests torchmetrics_diff
 
 demo: $(STAMP)
-	$(VENV)/bin/torchrun --nproc-per-node=2 --master-addr=127.0.0.1 --master-port=0 examples/train_clip_ddp.py
+	$(VENV)/bin/torchrun --standalone --nproc-per-node=2 examples/train_clip_ddp.py $(ARGS)
 
 docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
