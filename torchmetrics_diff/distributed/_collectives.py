@@ -7,9 +7,11 @@ disagreement raises the same ``RuntimeError`` everywhere instead of hanging, the
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import functools
+from typing import Any, Callable, NamedTuple
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from torchmetrics_diff.distributed._autograd import _AllGatherFlat, _AllReduce
@@ -39,57 +41,113 @@ class _Peer(NamedTuple):
     shape: tuple[int, ...]
 
 
-def _check_args(fn: str, tensor: object, grad: str) -> None:
+_FAILED = -2  # ndim code of a rank that hit an error before the collective
+
+
+def _local_problem(fn: str, tensor: object, grad: str, op: str | None) -> Exception | None:
+    """What is wrong with this rank's arguments, found *before* any collective but raised after the exchange.
+
+    Raising at once would leave the other ranks waiting in the collective; carrying the problem in the header
+    lets every rank raise together.
+    """
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"{fn}: `tensor` must be a torch.Tensor; got {type(tensor).__name__}")
+        return TypeError(f"{fn}: `tensor` must be a torch.Tensor; got {type(tensor).__name__}")
     if grad not in GRAD_MODES:
-        raise ValueError(f"{fn}: `grad` must be one of {GRAD_MODES}; got {grad!r}")
+        return ValueError(f"{fn}: `grad` must be one of {GRAD_MODES}; got {grad!r}")
+    if op is not None and op not in REDUCE_OPS:
+        return ValueError(f"{fn}: `op` must be one of {REDUCE_OPS}; got {op!r}")
+    try:
+        dtype_code(tensor.dtype)
+    except TypeError as err:
+        return TypeError(f"{fn}: {err}")
+    if tensor.ndim > _MAX_NDIM:
+        return ValueError(f"{fn}: tensors of more than {_MAX_NDIM} dimensions are not supported; got {tensor.ndim}")
+    return None
 
 
 def _wants_grad(tensor: torch.Tensor, grad: str) -> bool:
     return grad != "none" and torch.is_grad_enabled() and tensor.requires_grad
 
 
-def _exchange_metadata(fn: str, tensor: torch.Tensor, group: Group, world: int, grad: str, op: int = -1) -> list[_Peer]:
-    """All-gather every rank's metadata in one fixed-size int64 collective and return it, rank-ordered."""
+def _rank_labels(group: Group, world: int) -> list[str]:
+    """``rank i`` for the default group; ``rank i (global g)`` inside a subgroup."""
+    if group is None or group is dist.group.WORLD:
+        return [f"rank {r}" for r in range(world)]
+    return [f"rank {r} (global {g})" for r, g in enumerate(dist.get_process_group_ranks(group))]
+
+
+def _exchange_metadata(
+    fn: str,
+    tensor: torch.Tensor | None,
+    group: Group,
+    world: int,
+    grad: str,
+    op: str | None = None,
+    problem: Exception | None = None,
+) -> list[_Peer]:
+    """All-gather every rank's metadata in one fixed-size int64 collective; validate it identically everywhere.
+
+    A rank with a local ``problem`` sends a failure marker and raises its own error after the exchange; the
+    others raise a ``RuntimeError`` naming it. Disagreements raise the same ``RuntimeError`` on every rank.
+    """
     header = torch.full((_FIXED + _MAX_NDIM,), -1, dtype=torch.int64)
-    header[:_FIXED] = torch.tensor(
-        [tensor.ndim, dtype_code(tensor.dtype), int(_wants_grad(tensor, grad)), op, GRAD_MODES.index(grad)]
-    )
-    header[_FIXED : _FIXED + min(tensor.ndim, _MAX_NDIM)] = torch.tensor(tensor.shape[:_MAX_NDIM], dtype=torch.int64)
-    header = header.to(tensor.device)
+    device = tensor.device if isinstance(tensor, torch.Tensor) else torch.device("cpu")
+    if problem is None:
+        header[:_FIXED] = torch.tensor(
+            [
+                tensor.ndim,
+                dtype_code(tensor.dtype),
+                int(_wants_grad(tensor, grad)),
+                REDUCE_OPS.index(op) if op is not None else -1,
+                GRAD_MODES.index(grad),
+            ]
+        )
+        header[_FIXED : _FIXED + tensor.ndim] = torch.tensor(tensor.shape, dtype=torch.int64)
+    else:
+        header[0] = _FAILED
+    header = header.to(device)
     out = header.new_empty(world * header.numel())
     all_gather_flat(out, header, group)
-    peers = []
-    for row in out.view(world, -1).tolist():
-        ndim = row[0]
-        peers.append(
-            _Peer(
-                ndim,
-                dtype_from_code(row[1]),
-                bool(row[2]),
-                row[3],
-                row[4],
-                tuple(row[_FIXED : _FIXED + ndim]),
-            )
-        )
-    _check_agree(fn, peers, "ndim", lambda p: p.ndim)
-    if peers[0].ndim > _MAX_NDIM:
-        raise RuntimeError(f"{fn}: tensors of more than {_MAX_NDIM} dimensions are not supported; got {peers[0].ndim}")
-    _check_agree(fn, peers, "dtype", lambda p: p.dtype)
-    _check_agree(fn, peers, "grad", lambda p: GRAD_MODES[p.mode])
-    _check_agree(fn, peers, "op", lambda p: REDUCE_OPS[p.op] if p.op >= 0 else None)
+    if problem is not None:
+        raise problem
+    rows = out.view(world, -1).tolist()
+    labels = _rank_labels(group, world)
+    failed = [labels[r] for r, row in enumerate(rows) if row[0] == _FAILED]
+    if failed:
+        raise RuntimeError(f"{fn}: {', '.join(failed)} raised an error before this collective; see its message")
+    peers = [
+        _Peer(row[0], dtype_from_code(row[1]), bool(row[2]), row[3], row[4], tuple(row[_FIXED : _FIXED + row[0]]))
+        for row in rows
+    ]
+    check = functools.partial(_check_agree, fn, peers, labels)
+    check("ndim", lambda p: p.ndim)
+    check("dtype", lambda p: p.dtype)
+    check("grad", lambda p: GRAD_MODES[p.mode])
+    check("op", lambda p: REDUCE_OPS[p.op] if p.op >= 0 else None)
     if grad == "sync":
         # A rank whose input needs no gradient would skip the backward collective and hang the others.
-        _check_agree(fn, peers, "requires_grad (grad='sync' runs a collective in backward)", lambda p: p.requires_grad)
+        check("requires_grad (grad='sync' runs a collective in backward)", lambda p: p.requires_grad)
     return peers
 
 
-def _check_agree(fn: str, peers: list[_Peer], what: str, key) -> None:
+def _check_agree(fn: str, peers: list[_Peer], labels: list[str], what: str, key: Callable[[_Peer], Any]) -> None:
     values = [key(p) for p in peers]
     if any(v != values[0] for v in values):
-        listing = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
+        listing = ", ".join(f"{labels[r]}: {v}" for r, v in enumerate(values))
         raise RuntimeError(f"{fn}: ranks disagree on {what} ({listing})")
+
+
+def fail_together(error: Exception, group: Group = None) -> None:
+    """Raise ``error`` here, and a ``RuntimeError`` on every other rank waiting in a collective of this module.
+
+    Call it on a rank that found a problem (bad input, say) where the other ranks are about to call
+    :func:`gather_all_tensors`, :func:`all_gather_cat` or :func:`all_reduce`: it takes part in their metadata
+    exchange with a failure marker, so no rank is left waiting. Without a process group it just raises.
+    """
+    world = group_size(group)
+    if world == 1:
+        raise error
+    _exchange_metadata("fail_together", None, group, world, "none", problem=error)
 
 
 def _gather_slots(tensor: torch.Tensor, peers: list[_Peer], group: Group, rank: int, grad: str) -> list[torch.Tensor]:
@@ -145,11 +203,13 @@ def gather_all_tensors(tensor: torch.Tensor, group: Group = None, *, grad: str =
         >>> gather_all_tensors(torch.tensor([1.0, 2.0]))  # not distributed: the local tensor
         [tensor([1., 2.])]
     """
-    _check_args("gather_all_tensors", tensor, grad)
     world, rank = group_size(group), group_rank(group)
+    problem = _local_problem("gather_all_tensors", tensor, grad, None)
     if world == 1:
+        if problem is not None:
+            raise problem
         return [_passthrough(tensor, grad)]
-    peers = _exchange_metadata("gather_all_tensors", tensor, group, world, grad)
+    peers = _exchange_metadata("gather_all_tensors", tensor, group, world, grad, problem=problem)
     return _gather_slots(tensor, peers, group, rank, grad)
 
 
@@ -176,15 +236,24 @@ def all_gather_cat(tensor: torch.Tensor, group: Group = None, *, grad: str = "lo
         >>> all_gather_cat(torch.ones(2, 3)).shape
         torch.Size([2, 3])
     """
-    _check_args("all_gather_cat", tensor, grad)
-    if tensor.ndim == 0:
-        tensor = tensor.reshape(1)
     world, rank = group_size(group), group_rank(group)
+    problem = _local_problem("all_gather_cat", tensor, grad, None)
+    if problem is None and tensor.ndim == 0:
+        tensor = tensor.reshape(1)
     if world == 1:
+        if problem is not None:
+            raise problem
         return _passthrough(tensor, grad)
-    peers = _exchange_metadata("all_gather_cat", tensor, group, world, grad)
-    _check_agree("all_gather_cat", peers, "trailing dimensions", lambda p: p.shape[1:])
+    peers = _exchange_metadata("all_gather_cat", tensor, group, world, grad, problem=problem)
+    _check_agree("all_gather_cat", peers, _rank_labels(group, world), "trailing dimensions", lambda p: p.shape[1:])
     return torch.cat(_gather_slots(tensor, peers, group, rank, grad))
+
+
+def _check_op_dtype(op: str, dtype: torch.dtype) -> None:
+    if op == "mean" and not (dtype.is_floating_point or dtype.is_complex):
+        raise ValueError(f"all_reduce: op='mean' needs a floating-point `tensor`; got dtype {dtype}")
+    if op in ("sum", "mean") and dtype == torch.bool:
+        raise ValueError(f"all_reduce: op={op!r} is not defined for bool `tensor`; use 'max' (any) or 'min' (all)")
 
 
 def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None, *, grad: str = "local") -> torch.Tensor:
@@ -211,19 +280,17 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None, *, gr
         >>> all_reduce(torch.tensor([1.0, 5.0]), op="max")
         tensor([1., 5.])
     """
-    _check_args("all_reduce", tensor, grad)
-    if op not in REDUCE_OPS:
-        raise ValueError(f"all_reduce: `op` must be one of {REDUCE_OPS}; got {op!r}")
-    if op == "mean" and not (tensor.is_floating_point() or tensor.is_complex()):
-        raise ValueError(f"all_reduce: op='mean' needs a floating-point `tensor`; got dtype {tensor.dtype}")
-    if op in ("sum", "mean") and tensor.dtype == torch.bool:
-        raise ValueError(f"all_reduce: op={op!r} is not defined for bool `tensor`; use 'max' (any) or 'min' (all)")
     world = group_size(group)
     group_rank(group)
+    problem = _local_problem("all_reduce", tensor, grad, op)
     if world == 1:
+        if problem is not None:
+            raise problem
+        _check_op_dtype(op, tensor.dtype)
         return _passthrough(tensor, grad)
-    peers = _exchange_metadata("all_reduce", tensor, group, world, grad, op=REDUCE_OPS.index(op))
-    _check_agree("all_reduce", peers, "shape", lambda p: p.shape)
+    peers = _exchange_metadata("all_reduce", tensor, group, world, grad, op=op, problem=problem)
+    _check_agree("all_reduce", peers, _rank_labels(group, world), "shape", lambda p: p.shape)
+    _check_op_dtype(op, tensor.dtype)  # dtypes agree by now: every rank raises alike
     wants = any(p.requires_grad for p in peers)  # min/max tie counting is a collective: decide globally
     if wants and grad != "none" and (tensor.is_floating_point() or tensor.is_complex()):
         return _AllReduce.apply(tensor if _wants_grad(tensor, grad) else tensor.detach(), op, group, world, grad, True)
