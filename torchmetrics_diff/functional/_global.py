@@ -19,7 +19,8 @@ collectives in the same order in forward and backward.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
@@ -28,6 +29,7 @@ from torch import Tensor
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
+from torchmetrics_diff.distributed._collectives import fail_together
 from torchmetrics_diff.functional._contrastive import (
     Scalar,
     _check_float_tensor,
@@ -51,6 +53,21 @@ GRAD_REDUCTIONS = ("mean", "sum")
 
 # block(local_views, all_views, row_start) -> (loss_sum, count) of the anchors in the local rows
 Block = Callable[[Sequence[Tensor], Sequence[Tensor], int], "tuple[Tensor, Tensor]"]
+
+
+@contextmanager
+def checked_together(group: Group) -> Iterator[None]:
+    """Validate inputs so that a bad input on one rank raises on every rank instead of hanging the others.
+
+    The block must run just before this module's first collective: a rank whose checks raise takes part in that
+    collective's metadata exchange with a failure marker (see :func:`fail_together`).
+    """
+    try:
+        yield
+    except (ValueError, TypeError) as err:
+        if group_size(group) == 1:
+            raise
+        fail_together(err, group)
 
 
 def _check_options(strategy: str, grad_reduction: str) -> None:
@@ -105,7 +122,8 @@ def global_rows_loss(
         >>> global_rows_loss([img, txt], block)  # one process: the plain loss
         tensor(0.5514)
     """
-    _check_options(strategy, grad_reduction)
+    with checked_together(group):
+        _check_options(strategy, grad_reduction)
     world = group_size(group)
     if world == 1:
         loss_sum, count = block(views, views, 0)
@@ -151,9 +169,10 @@ def global_clip_loss(
         >>> global_clip_loss(torch.eye(2), torch.eye(2), 1.0)
         tensor(0.3133)
     """
-    _check_float_tensor("image_embeds", image_embeds, 2, "(B, D)")
-    _check_same_shape("text_embeds", text_embeds, "image_embeds", image_embeds)
-    _check_scalar("logit_scale", logit_scale)
+    with checked_together(group):
+        _check_float_tensor("image_embeds", image_embeds, 2, "(B, D)")
+        _check_same_shape("text_embeds", text_embeds, "image_embeds", image_embeds)
+        _check_scalar("logit_scale", logit_scale)
     return global_rows_loss(
         [image_embeds, text_embeds],
         lambda loc, every, start: clip_block(*loc, *every, logit_scale, start),
@@ -180,9 +199,10 @@ def global_info_nce_loss(
         >>> global_info_nce_loss(z, z, temperature=0.5)
         tensor(0.2395)
     """
-    _check_float_tensor("z1", z1, 2, "(B, D)")
-    _check_same_shape("z2", z2, "z1", z1)
-    _check_scalar("temperature", temperature, positive=True)
+    with checked_together(group):
+        _check_float_tensor("z1", z1, 2, "(B, D)")
+        _check_same_shape("z2", z2, "z1", z1)
+        _check_scalar("temperature", temperature, positive=True)
     return global_rows_loss(
         [z1, z2],
         lambda loc, every, start: info_nce_block(*loc, *every, temperature, start),
@@ -217,14 +237,14 @@ def global_supcon_loss(
         >>> global_supcon_loss(feats, torch.tensor([0, 0, 1]), temperature=1.0)
         tensor(0.4846)
     """
-    _check_float_tensor("features", features, (2, 3), "(B, D) or (B, V, D)")
-    _check_scalar("temperature", temperature, positive=True)
-    if labels is None:
-        labels = torch.zeros(0, dtype=torch.int64, device=features.device)
-        unique = True
-    else:
-        _check_labels("labels", labels, features.shape[0])
-        unique = False
+    with checked_together(group):
+        _check_float_tensor("features", features, (2, 3), "(B, D) or (B, V, D)")
+        _check_scalar("temperature", temperature, positive=True)
+        unique = labels is None
+        if unique:
+            labels = torch.zeros(0, dtype=torch.int64, device=features.device)
+        else:
+            _check_labels("labels", labels, features.shape[0])
     labels_all = None if unique else all_gather_cat(labels.reshape(-1), group, grad="none")
     if unique and group_size(group) > 1:
         # every sample its own class: global indices, which need the global row count
@@ -256,10 +276,11 @@ def global_siglip_loss(
         >>> global_siglip_loss(torch.eye(2), torch.eye(2), 10.0, -5.0)
         tensor(0.0134)
     """
-    _check_float_tensor("image_embeds", image_embeds, 2, "(B, D)")
-    _check_same_shape("text_embeds", text_embeds, "image_embeds", image_embeds)
-    _check_scalar("logit_scale", logit_scale)
-    _check_scalar("logit_bias", logit_bias)
+    with checked_together(group):
+        _check_float_tensor("image_embeds", image_embeds, 2, "(B, D)")
+        _check_same_shape("text_embeds", text_embeds, "image_embeds", image_embeds)
+        _check_scalar("logit_scale", logit_scale)
+        _check_scalar("logit_bias", logit_bias)
     return global_rows_loss(
         [image_embeds, text_embeds],
         lambda loc, every, start: siglip_block(loc[0], every[1], logit_scale, logit_bias, start),
@@ -290,8 +311,9 @@ def global_barlow_twins_loss(
         >>> torch.allclose(global_barlow_twins_loss(za, zb), barlow_twins_loss(za, zb))
         True
     """
-    _check_options("sharded", grad_reduction)
-    stats = barlow_twins_stats(za, zb)
+    with checked_together(group):
+        _check_options("sharded", grad_reduction)
+        stats = barlow_twins_stats(za, zb)
     world = group_size(group)
     if world > 1:
         shapes = [s.shape for s in stats]
@@ -343,7 +365,8 @@ def global_weighted_mean(
         >>> global_weighted_mean(torch.tensor([1.0, 2.0, 9.0]), mask=torch.tensor([True, True, False]))
         tensor(1.5000)
     """
-    loss_sum, count = weighted_mean_block(values, weight, mask)
+    with checked_together(group):
+        loss_sum, count = weighted_mean_block(values, weight, mask)
     return _global_normalized(loss_sum, count, total, group, grad_reduction)
 
 
@@ -374,5 +397,6 @@ def global_token_cross_entropy(
         >>> global_token_cross_entropy(logits, torch.tensor([[0, 1, -100]]))  # log(4)
         tensor(1.3863)
     """
-    loss_sum, count = token_cross_entropy_block(logits, target, ignore_index, label_smoothing)
+    with checked_together(group):
+        loss_sum, count = token_cross_entropy_block(logits, target, ignore_index, label_smoothing)
     return _global_normalized(loss_sum, count, total, group, grad_reduction)

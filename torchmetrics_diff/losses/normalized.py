@@ -29,7 +29,7 @@ from torch import Tensor
 from torchmetrics_diff.distributed import all_reduce
 from torchmetrics_diff.distributed._backend import group_size
 from torchmetrics_diff.functional import _contrastive as F
-from torchmetrics_diff.functional._global import _global_normalized
+from torchmetrics_diff.functional._global import _global_normalized, checked_together
 from torchmetrics_diff.metric import Metric
 
 
@@ -116,7 +116,11 @@ class GlobalMeanLoss(Metric):
 
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
         """This call's loss (its share of the step's loss inside :meth:`accumulate`), differentiable."""
-        loss_sum, count = self._block(*args, **kwargs)
+        if self.dist_sync_on_step:  # a bad input on one rank raises on every rank
+            with checked_together(self.process_group):
+                loss_sum, count = self._block(*args, **kwargs)
+        else:
+            loss_sum, count = self._block(*args, **kwargs)
         self._computed = None
         self._update_count += 1
         self.loss_sum = self.loss_sum + loss_sum.detach().to(torch.float64)
