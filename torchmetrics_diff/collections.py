@@ -13,7 +13,7 @@ from torch import nn
 
 from torchmetrics_diff.composition import _route_kwargs
 from torchmetrics_diff.distributed._backend import Group, group_size
-from torchmetrics_diff.distributed._sync import SyncPlan
+from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync
 from torchmetrics_diff.metric import Metric, sync_metrics
 
 
@@ -60,7 +60,7 @@ class MetricCollection(nn.ModuleDict):
                 raise ValueError(f"two members of the collection are named {name!r}; use a dict to name them")
             self[name] = metric
         self._groups = self._check_groups(compute_groups or [])
-        self._sync_plans = {"step": SyncPlan(), "epoch": SyncPlan()}
+        self._sync_plans: dict[tuple[str, Any], SyncPlan] = {}
 
     @staticmethod
     def _named(metrics: Any, extra: Iterable[Metric]) -> list[tuple[str, Metric]]:
@@ -103,6 +103,10 @@ class MetricCollection(nn.ModuleDict):
             out.append(group)
         return out
 
+    def _plan(self, kind: str, group: Group) -> SyncPlan:
+        """One agreed plan per (step | epoch, process group): ranks of a group see the same sequence of syncs."""
+        return self._sync_plans.setdefault((kind, group), SyncPlan())
+
     def _key(self, name: str) -> str:
         return f"{self.prefix}{name}{self.postfix}"
 
@@ -138,14 +142,28 @@ class MetricCollection(nn.ModuleDict):
         leaders = self._leaders()
         routed = {n: _route_kwargs(m, kwargs) for n, m in leaders.items()}
         accumulated: dict[str, dict[str, Any]] = {}
+        syncing = self._syncing({n: m for n, m in leaders.items() if m._syncs_on_step()})
         try:
             for name, m in leaders.items():
-                accumulated[name] = m._begin_batch(args, routed[name])
+                accumulated[name] = m._begin_batch(args, routed[name], fail_with_peers=False)
+        except Exception as err:
+            for name, acc in accumulated.items():
+                leaders[name]._abort_batch(acc)
+            for group in syncing:  # the other ranks wait in these syncs: let them raise too
+                try:
+                    fail_sync(err, group, plan=self._plan("step", group), owner="MetricCollection")
+                except Exception as announced:
+                    if announced is not err:
+                        raise
+            raise
+        try:
             batches = {name: m.metric_state for name, m in leaders.items()}
-            syncing = self._syncing({n: m for n, m in leaders.items() if m.dist_sync_on_step})
+            for name, m in leaders.items():
+                if m.dist_sync_on_step and m.dist_sync_fn is not None and group_size(m.process_group) > 1:
+                    m._set_states(m._sync_values(batches[name], grad="local"))
             for group, members in syncing.items():
                 synced = sync_metrics(
-                    members, {n: batches[n] for n in members}, group, self._sync_plans["step"], "local"
+                    members, {n: batches[n] for n in members}, group, self._plan("step", group), "local"
                 )
                 for n, states in synced.items():
                     leaders[n]._set_states(states)
@@ -161,14 +179,12 @@ class MetricCollection(nn.ModuleDict):
         self._share_group_states()
         return self._results(values)
 
-    def _syncing(self, members: dict[str, Metric]) -> dict[Group, dict[str, Metric]]:
-        """Members that sync with the engine, by process group (members with a custom gather sync alone)."""
+    @staticmethod
+    def _syncing(members: dict[str, Metric]) -> dict[Group, dict[str, Metric]]:
+        """Members that sync through the engine, by process group (all of them in one engine call per group)."""
         out: dict[Any, dict[str, Metric]] = {}
         for name, m in members.items():
-            if m.dist_sync_fn is None and group_size(m.process_group) > 1:
-                out.setdefault(m.process_group, {})[name] = m
-            elif m.dist_sync_fn is not None and group_size(m.process_group) > 1:
-                m._set_states(m._sync_values(m.metric_state, grad="local"))
+            out.setdefault(m.process_group, {})[name] = m
         return out
 
     def compute(self) -> dict[str, Any]:
@@ -183,7 +199,7 @@ class MetricCollection(nn.ModuleDict):
         try:
             for group, members in self._syncing_for_compute(syncing).items():
                 states = {n: m.metric_state for n, m in members.items()}
-                synced = sync_metrics(members, states, group, self._sync_plans["epoch"], "none")
+                synced = sync_metrics(members, states, group, self._plan("epoch", group), "none")
                 for n, m in members.items():
                     m._synced_cache = states[n]
                     m._set_states(synced[n])
@@ -213,7 +229,7 @@ class MetricCollection(nn.ModuleDict):
         from copy import deepcopy
 
         new = deepcopy(self)
-        new._sync_plans = {"step": SyncPlan(), "epoch": SyncPlan()}
+        new._sync_plans = {}
         if prefix is not None:
             new.prefix = prefix
         if postfix is not None:

@@ -25,7 +25,7 @@ from torch import nn
 
 from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import Group, group_size
-from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, sync_states
+from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, fail_sync, sync_states
 
 _REDUCTION_NAMES = (*REDUCTIONS,)
 _GRAD_REDUCTIONS = ("mean", "sum")
@@ -239,8 +239,15 @@ class Metric(nn.Module):
             return raw(self, *args, **kwargs)
         self._computed = None
         self._update_count += 1
-        with self._lifecycle(), torch.no_grad():  # accumulated states never hold a graph
-            raw(self, *args, **kwargs)
+        # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
+        saved = {n: v.clone() if isinstance(v, torch.Tensor) else list(v) for n, v in self.metric_state.items()}
+        try:
+            with self._lifecycle(), torch.no_grad():  # accumulated states never hold a graph
+                raw(self, *args, **kwargs)
+        except BaseException:
+            self._set_states(saved)
+            self._update_count -= 1
+            raise
         if self.compute_on_cpu:
             self._move_list_states(torch.device("cpu"))
         return None
@@ -291,8 +298,12 @@ class Metric(nn.Module):
         return value
 
     # forward in three steps, so that a MetricCollection can sync all its members between them
-    def _begin_batch(self, args: tuple, kwargs: dict) -> dict[str, Any]:
-        """Swap in fresh states and fold the batch into them (with the caller's autograd mode)."""
+    def _begin_batch(self, args: tuple, kwargs: dict, fail_with_peers: bool = True) -> dict[str, Any]:
+        """Swap in fresh states and fold the batch into them (with the caller's autograd mode).
+
+        If ``update`` raises while the other ranks are about to sync, the error is announced to them through the
+        sync's first round (``fail_with_peers``), so every rank raises instead of waiting.
+        """
         self._computed = None
         self._update_count += 1
         accumulated = self.metric_state
@@ -300,10 +311,18 @@ class Metric(nn.Module):
         try:
             with self._lifecycle():
                 type(self)._raw_update(self, *args, **kwargs)
-        except BaseException:
+        except Exception as err:
             self._abort_batch(accumulated)
+            if fail_with_peers and self._syncs_on_step():
+                fail_sync(
+                    err, self.process_group, plan=self._plan("local"), owner=type(self).__name__, device=self.device
+                )
             raise
         return accumulated
+
+    def _syncs_on_step(self) -> bool:
+        """Whether ``forward`` syncs through the engine (so peers wait in its first round)."""
+        return self.dist_sync_on_step and self.dist_sync_fn is None and group_size(self.process_group) > 1
 
     def _abort_batch(self, accumulated: dict[str, Any]) -> None:
         self._set_states(accumulated)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
@@ -110,7 +112,11 @@ class SyncPlan:
 
 def _hash(signature: list) -> int:
     digest = hashlib.blake2b(json.dumps(signature).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True) or 1
+    value = int.from_bytes(digest, "little", signed=True)
+    return value if value not in (0, _FAILED) else 1  # 0: no plan yet; _FAILED: a rank that raised
+
+
+_FAILED = -1  # the signature hash of a rank that raised before syncing (see :func:`fail_sync`)
 
 
 def _entries(states: dict[str, State], reductions: dict[str, Reduction]) -> list[_Entry]:
@@ -321,6 +327,26 @@ def sync_states(
         return _Sync(entries, plan if plan is not None else SyncPlan(), group, rank, world, owner, device).run()
 
 
+def fail_sync(
+    problem: BaseException,
+    group: Group = None,
+    *,
+    plan: SyncPlan | None = None,
+    owner: str = "sync_states",
+    device: torch.device | None = None,
+) -> None:
+    """Raise ``problem`` here and a ``RuntimeError`` on the ranks syncing with the same ``plan`` meanwhile.
+
+    For a rank that failed (say, inside ``update``) while the others are about to call :func:`sync_states`: it
+    joins their first round with a failure marker instead of leaving them waiting. Just raises at world size 1.
+    """
+    world = group_size(group)
+    if world == 1:
+        raise problem
+    plan = plan if plan is not None else SyncPlan()
+    _Sync([], plan, group, group_rank(group), world, owner, device or torch.device("cpu")).fail(problem)
+
+
 def _single(value: State, fn: Reduction, grad: str) -> Any:
     """World size 1: the reductions of one rank, without any collective."""
     if isinstance(value, list):
@@ -355,7 +381,25 @@ class _Sync:
         self.by_name = {e.name: e for e in entries}
 
     def _rows(self, header: torch.Tensor, tensors: list, caps: list, min_row: int = 0) -> tuple:
-        return _gather_rows(header, tensors, caps, self.group, self.rank, self.world, min_row)
+        with self._naming_failures():
+            return _gather_rows(header, tensors, caps, self.group, self.rank, self.world, min_row)
+
+    @contextmanager
+    def _naming_failures(self) -> Iterator[None]:
+        """A collective that fails (a timeout, a dead peer) names the metric and the states being synced."""
+        try:
+            yield
+        except RuntimeError as err:
+            names = [e.name for e in self.entries]
+            raise RuntimeError(
+                f"{self.owner}: a collective failed while syncing states {names} over {self.world} ranks: {err}"
+            ) from err
+
+    def fail(self, problem: BaseException) -> None:
+        """Take part in round A with a failure marker, then raise ``problem``: the other ranks raise too."""
+        header = _int_bytes([_FAILED, 0], self.device)
+        self._rows(header, [], [], min_row=self.plan.row_bytes)
+        raise problem
 
     def run(self) -> dict[str, Any]:
         plan, device = self.plan, self.device
@@ -383,6 +427,11 @@ class _Sync:
                 reduced = {n: o for (n, _), o in zip(plan.payload, outs)}
         ints = table[:, :_HEADER].contiguous().view(torch.int64).tolist()
         hashes, lens = [r[0] for r in ints], [r[1] for r in ints]
+        failed = [r for r, h in enumerate(hashes) if h == _FAILED]
+        if failed:
+            raise RuntimeError(
+                f"{self.owner}: rank(s) {failed} raised an error before syncing (see their message); not syncing"
+            )
 
         if plan.signature_hash != 0 and all(h == plan.signature_hash for h in hashes):
             n = plan.n_variable
@@ -452,11 +501,12 @@ class _Sync:
         for (kind, _code), names in buckets.items():
             flat = torch.cat([self.by_name[n].tensor.reshape(-1) for n in names])
             wants = flat.requires_grad
-            out = (
-                _AllReduce.apply(flat, kind, self.group, self.world, "local", False)
-                if wants
-                else _all_reduced(flat, kind, self.group, self.world)
-            )
+            with self._naming_failures():
+                out = (
+                    _AllReduce.apply(flat, kind, self.group, self.world, "local", False)
+                    if wants
+                    else _all_reduced(flat, kind, self.group, self.world)
+                )
             for n, piece in zip(names, out.split([self.by_name[n].tensor.numel() for n in names])):
                 result[n] = piece.view(self.by_name[n].tensor.shape)
 
