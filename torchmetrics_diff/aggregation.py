@@ -96,7 +96,7 @@ class SumMetric(BaseAggregator):
     """Sum of every value seen (of every rank's values when syncing).
 
     Args:
-        nan_strategy: see :class:`BaseAggregator`.
+        nan_strategy: see :class:`~torchmetrics_diff.aggregation.BaseAggregator`.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
@@ -200,7 +200,7 @@ class MeanMetric(BaseAggregator):
     the global number of valid tokens, with the one-big-device gradient.
 
     Args:
-        nan_strategy: see :class:`BaseAggregator`; dropped values drop their weights too.
+        nan_strategy: see :class:`~torchmetrics_diff.aggregation.BaseAggregator`; dropped values drop their weights too.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:

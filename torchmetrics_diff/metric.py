@@ -46,6 +46,17 @@ def dim_zero_cat(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(1) if t.ndim == 0 else t for t in x])
 
 
+def _promoted(before: Any, after: Any) -> bool:
+    """Whether a floating state changed floating dtype (type promotion by an input of another precision)."""
+    return (
+        isinstance(before, torch.Tensor)
+        and isinstance(after, torch.Tensor)
+        and before.is_floating_point()
+        and after.is_floating_point()
+        and after.dtype != before.dtype
+    )
+
+
 def _detach(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach()
@@ -248,6 +259,10 @@ class Metric(nn.Module):
             self._set_states(saved)
             self._update_count -= 1
             raise
+        for name, before in saved.items():  # a float64 input must not promote a float32 accumulator
+            after = getattr(self, name)
+            if _promoted(before, after):
+                setattr(self, name, after.to(before.dtype))
         if self.compute_on_cpu:
             self._move_list_states(torch.device("cpu"))
         return None
@@ -427,7 +442,8 @@ class Metric(nn.Module):
                 value = dim_zero_cat(value) if value else torch.zeros(0, device=self._device)
             pieces = self.dist_sync_fn(value, group=self.process_group)
             if fx == "cat" or isinstance(self._defaults[name], list):
-                out[name] = torch.cat([p.reshape(-1, *p.shape[1:]) if p.ndim else p.reshape(1) for p in pieces])
+                cat = torch.cat([p.reshape(-1, *p.shape[1:]) if p.ndim else p.reshape(1) for p in pieces])
+                out[name] = [cat] if isinstance(self._defaults[name], list) else cat
                 continue
             stacked = torch.stack(pieces)
             reducers = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}
@@ -632,6 +648,10 @@ class Metric(nn.Module):
     def double(self) -> Metric:
         """Cast floating states to float64."""
         return self.set_dtype(torch.float64)
+
+    def bfloat16(self) -> Metric:
+        """Cast floating states to bfloat16."""
+        return self.set_dtype(torch.bfloat16)
 
     def _move_list_states(self, device: torch.device) -> None:
         for name, default in self._defaults.items():

@@ -458,7 +458,7 @@ class _Sync:
         cursor = 0
         for name, kind, _code, dims in signature:
             if kind == "cat":
-                shapes[name] = [(s[cursor], *dims) for s in sizes]
+                shapes[name] = [(s[cursor], *(dims or ())) for s in sizes]
                 cursor += 1
             elif kind == "gather":
                 shapes[name] = [tuple(s[cursor : cursor + dims]) for s in sizes]
