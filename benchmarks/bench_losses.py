@@ -1,0 +1,145 @@
+"""CLIPLoss strategies: replicated vs sharded, step time and peak memory per rank (issue #4).
+
+Two parts:
+
+1. *Simulated large global batch* (N = 8192 rows of D = 256, float32, split over W = 1, 2, 4, 8): one rank's
+   forward + backward of the loss, each configuration in a fresh process so its peak RSS is its own. The
+   replicated rank computes the whole (N, N) problem; the sharded rank its B = N / W rows against the N
+   gathered candidates (``clip_block`` with gradient to both, as ``global_clip_loss`` runs it). The
+   collectives are left out: this is the compute and memory a rank spends on the loss itself.
+2. *Real runs* at W = 2 on gloo: ``CLIPLoss`` forward + backward per step for both strategies at a few
+   global batch sizes, to show where the communication (one more all-reduce and a reduce-scatter in
+   backward for sharded) stops mattering.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any
+
+import torch
+from _timing import Budget, Check, fx, ms, ratio, run_spawned, table, time_dist
+
+N_BIG, D_BIG = 8192, 256
+WORLDS = (1, 2, 4, 8)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _simulated_rank(_rank: int, _world: int, strategy: str, world: int, n: int, d: int, repeats: int) -> dict:
+    """One rank's loss step at world size ``world`` (no collectives): seconds and peak RSS above baseline."""
+    from torchmetrics_diff.functional import clip_block
+
+    gen = torch.Generator().manual_seed(0)
+    img = torch.nn.functional.normalize(torch.randn(n, d, generator=gen), dim=1)
+    txt = torch.nn.functional.normalize(torch.randn(n, d, generator=gen), dim=1)
+    rows = n // world
+    baseline = _rss_mib()
+    times = []
+    for _ in range(repeats + 1):  # the first iteration warms up the allocator and threads; not timed
+        all_img, all_txt = img.clone().requires_grad_(), txt.clone().requires_grad_()
+        start = time.perf_counter()
+        if strategy == "replicated":
+            loss_sum, count = clip_block(all_img, all_txt, all_img, all_txt, 10.0, 0)
+        else:  # this rank's rows (its own inputs) against every gathered candidate
+            loc_img, loc_txt = all_img[:rows].detach().requires_grad_(), all_txt[:rows].detach().requires_grad_()
+            loss_sum, count = clip_block(loc_img, loc_txt, all_img, all_txt, 10.0, 0)
+        (loss_sum / n).backward()
+        times.append(time.perf_counter() - start)
+        del loss_sum, count, all_img, all_txt
+    times = times[1:]
+    return {"seconds": sorted(times)[len(times) // 2], "peak_mib": _peak_mib() - baseline}
+
+
+def _real_worker(rank: int, world: int, sizes: tuple[int, ...], d: int, budget: Budget) -> dict:
+    from torchmetrics_diff.losses import CLIPLoss
+
+    out = {}
+    for n in sizes:
+        gen = torch.Generator().manual_seed(rank)
+        img = torch.randn(n // world, d, generator=gen, requires_grad=True)
+        txt = torch.randn(n // world, d, generator=gen, requires_grad=True)
+        losses = {s: CLIPLoss(strategy=s) for s in ("replicated", "sharded")}
+
+        steps = {s: (lambda loss=loss, img=img, txt=txt: loss(img, txt, 10.0).backward()) for s, loss in losses.items()}
+        timed = time_dist(steps, budget)
+        out.update({(n, s): t for s, t in timed.items()})
+    return out
+
+
+def main(args: Any) -> list[Check]:
+    quick = getattr(args, "quick", False)
+    n, d = (2048, 128) if quick else (N_BIG, D_BIG)
+    repeats = 1 if quick else 3
+    logits_mib = n * n * 4 / 2**20
+    gathered_mib = 2 * n * d * 4 / 2**20  # the gathered image and text embeddings (and as much for their grads)
+    sim = {"replicated": run_spawned(_simulated_rank, 1, "replicated", 1, n, d, repeats)}
+    for w in WORLDS:
+        sim[w] = run_spawned(_simulated_rank, 1, "sharded", w, n, d, repeats)
+    rep = sim["replicated"]
+    rows, checks = [], []
+    for w in WORLDS:
+        shard = sim[w]
+        bound = 1.1 * rep["peak_mib"] / w + 2 * gathered_mib
+        rows.append(
+            [
+                w,
+                n // w,
+                ms(rep["seconds"]),
+                ms(shard["seconds"]),
+                fx(ratio(rep["seconds"], shard["seconds"])),
+                f"{rep['peak_mib']:.0f}",
+                f"{shard['peak_mib']:.0f}",
+                f"{bound:.0f}",
+            ]
+        )
+        checks.append(
+            Check(
+                f"CLIPLoss N={n} W={w}: sharded peak / (1.1 x replicated / W + gathered embeddings and grads)",
+                shard["peak_mib"] / bound,
+                "<=",
+                1.0,
+            )
+        )
+    print(
+        table(
+            f"CLIPLoss per rank, simulated global batch {n} x {d} float32 (forward + backward of the loss)",
+            ["W", "rows/rank", "replicated ms", "sharded ms", "speed-up", "replicated MiB", "sharded MiB", "bound MiB"],
+            rows,
+            [
+                f"full N x N logits: {logits_mib:.0f} MiB; gathered embeddings: {gathered_mib:.0f} MiB "
+                "(bound = 1.1 x replicated / W + 2 x gathered, i.e. embeddings and their gradients)",
+                "peak = max RSS of a fresh process above its RSS after building the inputs",
+            ],
+        )
+    )
+
+    budget = Budget(repeats=5, block_s=0.2, warmup=2) if not quick else Budget(repeats=3, block_s=0.05, warmup=1)
+    sizes = (256, 1024, 4096) if not quick else (256, 1024)
+    real = run_spawned(_real_worker, 2, sizes, 128, budget)
+    rows = [
+        [
+            s,
+            ms(real[(s, "replicated")]),
+            ms(real[(s, "sharded")]),
+            fx(ratio(real[(s, "replicated")], real[(s, "sharded")])),
+        ]
+        for s in sizes
+    ]
+    print(
+        table(
+            "CLIPLoss forward + backward per step, W=2 on gloo (D=128, float32)",
+            ["global batch", "replicated ms", "sharded ms", "replicated/sharded"],
+            rows,
+            ["sharded adds one scalar all-reduce and a reduce-scatter in backward; it wins once compute dominates"],
+        )
+    )
+    return checks
