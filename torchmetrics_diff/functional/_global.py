@@ -129,19 +129,22 @@ def global_rows_loss(
         loss_sum, count = block(views, views, 0)
         return _safe_divide(loss_sum, count)
     rank = group_rank(group)
-    scale = world if grad_reduction == "mean" else 1
     packed, trailing = _pack(views)
     if strategy == "replicated":
-        every = torch.cat(gather_all_tensors(scale_grad(packed, scale), group, grad="local"))
+        # Every rank computes the whole loss, so a parameter used in it directly (a logit scale) already has
+        # its full gradient on every rank, and the local slot has 1/W of its share after averaging. Scale the
+        # slot by W, and under summed gradients scale the whole loss's gradient by 1/W.
+        every = torch.cat(gather_all_tensors(scale_grad(packed, world), group, grad="local"))
         all_views = _unpack(every, trailing)
         loss_sum, count = block(all_views, all_views, 0)
-        return _safe_divide(loss_sum, count)
+        loss = _safe_divide(loss_sum, count)
+        return loss if grad_reduction == "mean" else scale_grad(loss, 1 / world)
     pieces = gather_all_tensors(packed, group, grad="sync")
     row_start = sum(p.shape[0] for p in pieces[:rank])
     loss_sum, count = block(views, _unpack(torch.cat(pieces), trailing), row_start)
     totals = all_reduce(torch.stack([loss_sum.detach(), count.detach().to(loss_sum.dtype)]), "sum", group, grad="none")
     global_count = totals[1].clamp_min(1)
-    share = loss_sum * scale / global_count
+    share = loss_sum * (world if grad_reduction == "mean" else 1) / global_count
     return totals[0] / global_count + (share - share.detach())
 
 

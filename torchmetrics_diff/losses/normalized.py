@@ -66,7 +66,7 @@ class GlobalMeanLoss(Metric):
         super().__init__(dist_sync_on_step=dist_sync_on_step, **kwargs)
         self.add_state("loss_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("weight", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self._plan: list[float] | None = None  # [global total, local planned, local seen] inside accumulate()
+        self._accumulation: list[float] | None = None  # [global total, local planned, local seen] inside accumulate()
 
     def _block(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         return F.weighted_mean_block(*args, **kwargs)
@@ -81,8 +81,9 @@ class GlobalMeanLoss(Metric):
         """Normalize every call in the block by the weight of *all* its micro-batches on every rank.
 
         Args:
-            items: what each micro-batch of this rank will pass as weight or mask (for
-                :class:`TokenCrossEntropyLoss`: its targets); their global total is the denominator.
+            items: what each micro-batch of this rank will pass as weight or mask, in the shape of its values
+                (a weight that would broadcast counts once, not per element), or for
+                :class:`TokenCrossEntropyLoss` its targets; their global total is the denominator.
             total: the global denominator itself, when you have it (no collective).
 
         Raises:
@@ -91,7 +92,7 @@ class GlobalMeanLoss(Metric):
         """
         if (items is None) == (total is None):
             raise ValueError("accumulate() needs exactly one of `items` (per micro-batch) or `total`")
-        if self._plan is not None:
+        if self._accumulation is not None:
             raise RuntimeError(f"{type(self).__name__}.accumulate() blocks cannot be nested")
         if items is not None:
             local = sum((self._local_count(i) for i in items), torch.tensor(0.0, dtype=torch.float64))
@@ -101,13 +102,13 @@ class GlobalMeanLoss(Metric):
             total = float(local)
         else:
             planned_local = None
-        self._plan = [float(total), planned_local, 0.0]
+        self._accumulation = [float(total), planned_local, 0.0]
         try:
             yield
         except BaseException:
-            self._plan = None
+            self._accumulation = None
             raise
-        plan, self._plan = self._plan, None
+        plan, self._accumulation = self._accumulation, None
         if plan[1] is not None and abs(plan[2] - plan[1]) > 1e-6 * max(1.0, plan[1]):
             raise RuntimeError(
                 f"{type(self).__name__}.accumulate(): the micro-batches planned a weight of {plan[1]:g} on this "
@@ -126,9 +127,9 @@ class GlobalMeanLoss(Metric):
         self.loss_sum = self.loss_sum + loss_sum.detach().to(torch.float64)
         self.weight = self.weight + count.detach().to(torch.float64)
         total = None
-        if self._plan is not None:
-            total = self._plan[0]
-            self._plan[2] += float(count)
+        if self._accumulation is not None:
+            total = self._accumulation[0]
+            self._accumulation[2] += float(count)
         if not self.dist_sync_on_step:
             denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype)
             return F._safe_divide(loss_sum, denominator)
