@@ -140,6 +140,8 @@ class MaxMetric(BaseAggregator):
         value = self._clean(value)
         if value.numel():
             self.max_value = torch.maximum(self.max_value, value.amax())
+        elif value.requires_grad:  # an empty batch still joins the graph, so every rank can run backward
+            self.max_value = self.max_value + value.sum()
 
 
 class MinMetric(BaseAggregator):
@@ -162,6 +164,8 @@ class MinMetric(BaseAggregator):
         value = self._clean(value)
         if value.numel():
             self.min_value = torch.minimum(self.min_value, value.amin())
+        elif value.requires_grad:  # an empty batch still joins the graph, so every rank can run backward
+            self.min_value = self.min_value + value.sum()
 
 
 class CatMetric(BaseAggregator):
@@ -183,7 +187,7 @@ class CatMetric(BaseAggregator):
     def update(self, value: torch.Tensor | float) -> None:
         """Append ``value`` (flattened) to the list."""
         value = self._clean(value).reshape(-1)
-        if value.numel():
+        if value.numel() or value.requires_grad:  # an empty batch in forward keeps the rank in the graph
             self.value.append(value)
 
     def compute(self) -> torch.Tensor:

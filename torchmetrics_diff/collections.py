@@ -191,9 +191,7 @@ class MetricCollection(nn.ModuleDict):
         """Every member's epoch value; all members' states synced in one engine call."""
         leaders = self._leaders()
         syncing = {
-            n: m
-            for n, m in leaders.items()
-            if m.sync_on_compute and m._synced_cache is None and not (m.compute_with_cache and m._computed is not None)
+            n: m for n, m in leaders.items() if m.sync_on_compute and m._synced_cache is None and not m._cache_usable()
         }
         synced_here: list[Metric] = []
         try:

@@ -253,8 +253,8 @@ class Metric(nn.Module):
         # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
         saved = {n: v.clone() if isinstance(v, torch.Tensor) else list(v) for n, v in self.metric_state.items()}
         try:
-            with self._lifecycle(), torch.no_grad():  # accumulated states never hold a graph
-                raw(self, *args, **kwargs)
+            with self._lifecycle(), torch.no_grad():  # accumulated states never hold a graph (nor a view of one)
+                raw(self, *_detach(args), **_detach(kwargs))
         except BaseException:
             self._set_states(saved)
             self._update_count -= 1
@@ -276,7 +276,7 @@ class Metric(nn.Module):
                 UserWarning,
                 stacklevel=2,
             )
-        if self.compute_with_cache and self._computed is not None:
+        if self._cache_usable():
             return self._computed
         external = self._synced_cache is not None  # a MetricCollection synced every member at once
         should_sync = self.sync_on_compute and not external
@@ -285,6 +285,12 @@ class Metric(nn.Module):
         if self.compute_with_cache:
             self._computed = value
         return value
+
+    def _cache_usable(self) -> bool:
+        """A cached value may only skip a sync that no rank needs: ranks that updated since would sync alone."""
+        if not self.compute_with_cache or self._computed is None:
+            return False
+        return not (self.sync_on_compute and self._defaults and group_size(self.process_group) > 1)
 
     @contextmanager
     def _lifecycle(self) -> Iterator[None]:
@@ -410,8 +416,10 @@ class Metric(nn.Module):
         else:
             raise ValueError(f"`incoming_state` must be a dict or a Metric; got {type(incoming_state).__name__}")
         total = self._update_count + other_count
-        # `mean` states average with weights update_count : other_count (see _merged's running mean)
-        self._set_states(self._merged(self.metric_state, _detach(dict(incoming_state)), total / max(other_count, 1)))
+        # `mean` states average with weights update_count : other_count (see _merged's running mean); a metric
+        # that never updated brings nothing
+        if other_count:
+            self._set_states(self._merged(self.metric_state, _detach(dict(incoming_state)), total / other_count))
         self._update_count = total
         self._computed = None
 
@@ -564,7 +572,9 @@ class Metric(nn.Module):
             key = prefix + name
             if key in state_dict:
                 value = state_dict.pop(key)
-                setattr(self, name, list(value) if isinstance(value, list) else value.to(self._device))
+                # copies, like nn.Module's parameters: an in-place update must not reach the source
+                copy = [v.detach().clone().to(self._device) for v in value] if isinstance(value, list) else None
+                setattr(self, name, copy if copy is not None else value.detach().clone().to(self._device))
             elif self._persistent[name] and strict:
                 missing_keys.append(key)
         super()._load_from_state_dict(

@@ -315,7 +315,12 @@ def sync_states(
     if world == 1:
         return {k: _single(v, reductions[k], grad) for k, v in states.items()}
     rank = group_rank(group)
-    entries = _entries(states, reductions)
+    try:  # concatenating list states or reading dtypes can fail on one rank: the others must not wait
+        entries = _entries(states, reductions)
+        for e in entries:
+            e.signature()
+    except Exception as err:
+        fail_sync(err, group, plan=plan, owner=owner, device=device)
     if device is None:
         device = next((e.tensor.device for e in entries if e.tensor is not None), torch.device("cpu"))
     track = grad == "local" and torch.is_grad_enabled()

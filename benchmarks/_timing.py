@@ -1,0 +1,257 @@
+"""Shared helpers of the benchmark scripts: spawned gloo workers, medians, aligned tables, acceptance checks.
+
+A benchmark module ``bench_<name>.py`` exposes ``main(args) -> list[Check]`` (``args.quick``: fewer repeats);
+``run_all.py`` finds it by its file name and prints every returned :class:`Check` at the end.
+
+Timing rules used throughout:
+
+* every process runs with ``torch.set_num_threads(1)`` (the machines have 2 cores);
+* distributed cases: every rank runs the same loop of ``n`` calls with no barrier inside it; a barrier only
+  separates the timed blocks. The reported time is rank 0's median over blocks of ``block time / n``;
+* warm-up calls first (they also let the sync engine agree on its plan), and the garbage collector is off
+  while a block runs.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import queue as queue_mod
+import socket
+import statistics
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+@dataclass
+class Check:
+    """One acceptance target: ``value`` compared with ``limit`` (``<=`` or ``>=``)."""
+
+    name: str
+    value: float | None  # None: not measured (e.g. torchmetrics missing)
+    op: str  # "<=" or ">="
+    limit: float
+    unit: str = "x"
+
+    @property
+    def passed(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value <= self.limit if self.op == "<=" else self.value >= self.limit
+
+    def line(self) -> str:
+        verdict = {True: "PASS", False: "FAIL", None: "N/A "}[self.passed]
+        shown = "n/a" if self.value is None else f"{self.value:.2f}{self.unit}"
+        return f"{verdict}  {self.name}: {shown} (target {self.op} {self.limit:g}{self.unit})"
+
+
+# ----------------------------------------------------------------------------------------------- processes
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+
+
+def _worker(rank: int, world: int, port: int, fn: Callable, args: tuple, results: Any) -> None:
+    try:
+        _quiet()
+        torch.set_num_threads(1)
+        if world > 1:
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        out = fn(rank, world, *args)
+        if world > 1:
+            dist.barrier()
+            dist.destroy_process_group()
+        results.put((rank, "ok", out if rank == 0 else None))
+    except BaseException:
+        results.put((rank, "error", traceback.format_exc()))
+
+
+def run_spawned(fn: Callable, world: int, *args: Any, timeout: float = 600.0) -> Any:
+    """Run ``fn(rank, world, *args)`` on ``world`` spawned processes (gloo on 127.0.0.1 when ``world > 1``).
+
+    Returns rank 0's return value. Any rank's exception is re-raised here with its traceback; a run longer
+    than ``timeout`` seconds is killed. ``fn`` must be a module-level function (it is pickled by name).
+    """
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, fn, args, results), daemon=True) for r in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    value, pending = None, world
+    try:
+        while pending:
+            try:
+                rank, status, payload = results.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue_mod.Empty:
+                raise TimeoutError(f"{getattr(fn, '__name__', fn)} on {world} ranks ran past {timeout:.0f} s") from None
+            if status == "error":
+                raise RuntimeError(f"rank {rank} of {world} failed:\n{payload}")
+            if rank == 0:
+                value = payload
+            pending -= 1
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ timing
+@dataclass
+class Budget:
+    """How much to measure: ``repeats`` timed blocks of about ``block_s`` seconds each, after ``warmup`` calls."""
+
+    repeats: int = 21
+    block_s: float = 0.025
+    warmup: int = 10
+
+    @classmethod
+    def from_args(cls, args: Any) -> Budget:
+        return cls(repeats=5, block_s=0.01, warmup=5) if getattr(args, "quick", False) else cls()
+
+
+def _calls_per_block(fn: Callable[[], Any], budget: Budget) -> int:
+    t0 = time.perf_counter()
+    fn()
+    fn()
+    per = (time.perf_counter() - t0) / 2
+    return max(1, min(10_000, int(budget.block_s / max(per, 1e-7))))
+
+
+def _interleaved(
+    fns: dict[str, Callable[[], Any]], calls: dict[str, int], repeats: int, sync: Callable[[], None] | None
+) -> dict[str, float]:
+    """Median per-call seconds of each function; blocks of the functions alternate, so load hits them alike."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                n = calls[name]
+                if sync is not None:
+                    sync()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                times[name].append((time.perf_counter() - t0) / n)
+    finally:
+        if enabled:
+            gc.enable()
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def time_local(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, float]:
+    """Median seconds per call of each ``fn()`` in this process (blocks of the functions interleaved)."""
+    for fn in fns.values():
+        for _ in range(budget.warmup):
+            fn()
+    calls = {name: _calls_per_block(fn, budget) for name, fn in fns.items()}
+    return _interleaved(fns, calls, budget.repeats, None)
+
+
+def time_dist(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, float]:
+    """Median seconds per call of each ``fn()``, every rank running the same loops; call it on every rank.
+
+    The number of calls per block is rank 0's choice, broadcast to all ranks, so every rank issues the same
+    collectives; a barrier precedes each block, none runs inside one. Blocks of the functions alternate, so
+    a load spike from outside hits them alike. The values are meaningful on rank 0 (the report uses rank 0's).
+    """
+    for fn in fns.values():
+        for _ in range(budget.warmup):
+            fn()
+    dist.barrier()
+    counts = torch.tensor([_calls_per_block(fn, budget) for fn in fns.values()])
+    dist.broadcast(counts, 0)
+    calls = dict(zip(fns, counts.tolist()))
+    return _interleaved(fns, calls, budget.repeats, dist.barrier)
+
+
+def time_round_robin(
+    fns: dict[str, Callable[[], Any]], rounds: int, before: dict[str, Callable[[], Any]] | None = None
+) -> dict[str, float]:
+    """Median seconds of single calls: each round calls every ``fn()`` once, in turn, each timed on its own.
+
+    ``before[name]()``, when given, runs untimed before each call of ``fns[name]`` (e.g. a reset). State is
+    carried from call to call otherwise.
+    """
+    before = before or {}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                if name in before:
+                    before[name]()
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    finally:
+        if enabled:
+            gc.enable()
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# ------------------------------------------------------------------------------------------------ output
+def ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def us(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e6:.1f}"
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def fx(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def table(title: str, headers: list[str], rows: list[list[Any]], notes: list[str] | tuple = ()) -> str:
+    """A markdown table with aligned columns: the first column left-aligned, the others right-aligned."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        return "| " + " | ".join(parts) + " |"
+
+    rule = "|" + "|".join(["-" * (widths[0] + 2)] + ["-" * (w + 1) + ":" for w in widths[1:]]) + "|"
+    out = [f"### {title}", "", line(cells[0]), rule] + [line(r) for r in cells[1:]]
+    out += [""] + [f"  {n}" for n in notes] if notes else []
+    return "\n".join(out) + "\n"
+
+
+def torchmetrics_or_none() -> Any:
+    """The ``torchmetrics`` module, or ``None`` when it is not installed (its columns then read n/a)."""
+    try:
+        import torchmetrics
+    except ImportError:
+        return None
+    return torchmetrics

@@ -1,0 +1,245 @@
+"""Sum/Mean/Cat/Min/Max against numpy, their ``nan_strategy``, MeanMetric's weights, Min/Max gradients from the
+±inf defaults, and the operators that build a ``CompositionalMetric`` (one process)."""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+
+from tests.unittests.metric._helpers import F64, VectorSum, rand
+from torchmetrics_diff import CatMetric, CompositionalMetric, MaxMetric, MeanMetric, MinMetric, SumMetric
+
+AGGREGATORS = {
+    "sum": (SumMetric, np.sum),
+    "mean": (MeanMetric, np.mean),
+    "cat": (CatMetric, lambda a: a),
+    "min": (MinMetric, np.min),
+    "max": (MaxMetric, np.max),
+}
+
+
+def _batches(tag: str) -> list[torch.Tensor]:
+    """Batches of different shapes (2-D, 1-D, 0-d, a Python float), float32."""
+    return [
+        rand((3, 4), tag, 0, dtype=torch.float32),
+        rand((5,), tag, 1, dtype=torch.float32),
+        rand((), tag, 2, dtype=torch.float32),
+        float(rand((), tag, 3)),
+    ]
+
+
+def _flat(batches: list[Any]) -> np.ndarray:
+    return np.concatenate([np.asarray(b, dtype=np.float64).reshape(-1) for b in batches])
+
+
+@pytest.mark.parametrize("name", list(AGGREGATORS))
+def test_aggregator_matches_numpy(name: str) -> None:
+    cls, ref = AGGREGATORS[name]
+    batches = _batches(name)
+    metric = cls()
+    for b in batches[:2]:
+        metric.update(b)
+    batch_value = metric(batches[2])
+    np.testing.assert_allclose(batch_value.numpy(), ref(_flat(batches[2:3])), rtol=1e-6, err_msg=f"{name} forward")
+    metric.update(batches[3])
+    np.testing.assert_allclose(metric.compute().numpy(), ref(_flat(batches)), rtol=1e-6, err_msg=f"{name} compute")
+    assert metric.compute().dtype == torch.float32
+
+
+# --------------------------------------------------------------------------------------------- nan_strategy
+
+NAN_DATA = [1.0, float("nan"), 4.0, -2.0]
+CLEAN = [1.0, 4.0, -2.0]
+REPLACED = [1.0, 0.5, 4.0, -2.0]
+
+
+@pytest.mark.parametrize("name", list(AGGREGATORS))
+@pytest.mark.parametrize("strategy", ["error", "warn", "ignore", "disable", 0.5])
+def test_nan_strategy(name: str, strategy: Any) -> None:
+    cls, ref = AGGREGATORS[name]
+    metric = cls(nan_strategy=strategy)
+    data = torch.tensor(NAN_DATA)
+    case = f"{name} nan_strategy={strategy!r}"
+    if strategy == "error":
+        with pytest.raises(RuntimeError, match="NaN"):
+            metric.update(data)
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metric.update(data)
+    nan_warnings = [w for w in caught if "NaN" in str(w.message)]
+    assert bool(nan_warnings) == (strategy == "warn"), f"{case}: warnings {[str(w.message) for w in caught]}"
+    value = metric.compute().numpy()
+    if strategy == "disable":
+        expected = np.asarray(NAN_DATA) if name == "cat" else np.asarray(np.nan)
+        np.testing.assert_array_equal(np.isnan(value), np.isnan(expected), err_msg=case)
+        return
+    expected = ref(np.asarray(REPLACED if isinstance(strategy, float) else CLEAN))
+    np.testing.assert_allclose(value, expected, rtol=1e-6, err_msg=case)
+
+
+def test_bad_nan_strategy() -> None:
+    with pytest.raises(ValueError, match="nan_strategy"):
+        SumMetric(nan_strategy="drop")
+
+
+def test_mean_nan_drops_its_weight() -> None:
+    m = MeanMetric(nan_strategy="ignore")
+    m.update(torch.tensor([1.0, float("nan"), 3.0]), weight=torch.tensor([1.0, 5.0, 2.0]))
+    assert m.compute().item() == pytest.approx((1 * 1 + 3 * 2) / 3)
+
+
+# ------------------------------------------------------------------------------------------ MeanMetric weight
+
+
+def test_mean_weight_broadcasting_and_mask() -> None:
+    value = rand((2, 3), "weights", dtype=torch.float32)
+    v = value.numpy().astype(np.float64)
+    row_w = torch.tensor([1.0, 2.0, 0.5])
+    cases: dict[str, tuple[Any, np.ndarray]] = {
+        "scalar weight": (2.0, np.full((2, 3), 2.0)),
+        "0-d tensor weight": (torch.tensor(3.0), np.full((2, 3), 3.0)),
+        "row weight broadcast over rows": (row_w, np.broadcast_to(row_w.numpy(), (2, 3))),
+        "column weight (2, 1)": (torch.tensor([[1.0], [4.0]]), np.array([[1.0] * 3, [4.0] * 3])),
+        "bool mask": (
+            torch.tensor([[True, False, True], [False, True, True]]),
+            np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]),
+        ),
+    }
+    for case, (weight, w) in cases.items():
+        m = MeanMetric()
+        m.update(value, weight=weight)
+        np.testing.assert_allclose(m.compute().numpy(), (v * w).sum() / w.sum(), rtol=1e-6, err_msg=case)
+    m = MeanMetric()
+    m.update(value, weight=torch.zeros(2, 3))
+    assert torch.isnan(m.compute()), "all-zero weights give NaN (0/0)"
+
+
+@pytest.mark.parametrize("bad", [torch.ones(4), torch.ones(3, 2), torch.ones(2, 2, 3)])
+def test_mean_bad_weight_shape_raises(bad: torch.Tensor) -> None:
+    with pytest.raises(ValueError, match="`weight`"):
+        MeanMetric().update(torch.ones(2, 3), weight=bad)
+
+
+def test_mean_float64_loss_keeps_float64_in_forward() -> None:
+    x = torch.tensor([1.0, 2.0, 4.0], dtype=F64, requires_grad=True)
+    out = MeanMetric()(x, weight=torch.tensor([True, True, False]))
+    assert out.dtype == F64 and out.item() == 1.5
+    out.backward()
+    assert x.grad.tolist() == [0.5, 0.5, 0.0]
+
+
+# ------------------------------------------------------------------------------- min/max gradients, ±inf
+
+
+@pytest.mark.parametrize("cls", [MinMetric, MaxMetric])
+def test_min_max_gradient_from_infinite_default_has_no_nan(cls: type) -> None:
+    x = torch.tensor([0.3, -1.2, 2.5, 0.0], dtype=F64, requires_grad=True)
+    value = cls()(x)
+    value.backward()
+    pick = int(torch.argmax(x) if cls is MaxMetric else torch.argmin(x))
+    expected = torch.zeros(4, dtype=F64)
+    expected[pick] = 1.0
+    assert torch.isfinite(x.grad).all(), f"{cls.__name__}: gradient {x.grad}"
+    torch.testing.assert_close(x.grad, expected, rtol=0, atol=0)
+    assert value.item() == x[pick].item()
+
+
+# --------------------------------------------------------------------------------------------- operators
+
+
+def _sum_of(values: list[float]) -> SumMetric:
+    m = SumMetric()
+    m.update(torch.tensor(values))
+    return m
+
+
+def test_unary_operators() -> None:
+    m = _sum_of([1.0, -4.0])  # -3
+    assert +m is m, "+metric is the metric itself"
+    for op, expected in ((lambda a: -a, 3.0), (abs, 3.0)):
+        comp = op(m)
+        assert isinstance(comp, CompositionalMetric)
+        assert comp.compute().item() == expected
+    flag = SumMetric()
+    flag.update(torch.tensor([1.0]))
+    assert (~(flag > 0)).compute().item() is False
+
+
+def test_binary_operators_with_scalars_and_tensors_on_both_sides() -> None:
+    m = _sum_of([1.0, 2.0])  # 3
+    t = torch.tensor([2.0, 6.0])
+    v = 3.0
+    cases: dict[str, tuple[Callable[[], Any], Any]] = {
+        "m + 2": (lambda: m + 2, v + 2),
+        "2 + m": (lambda: 2 + m, 2 + v),
+        "2 - m": (lambda: 2 - m, 2 - v),
+        "m - t": (lambda: m - t, v - t),
+        "t - m": (lambda: t - m, t - v),
+        "m * t": (lambda: m * t, v * t),
+        "t * m": (lambda: t * m, t * v),
+        "m / t": (lambda: m / t, v / t),
+        "6 / m": (lambda: 6 / m, 6 / v),
+        "m // 2": (lambda: m // 2, v // 2),
+        "7 // m": (lambda: 7 // m, 7 // v),
+        "m % 2": (lambda: m % 2, v % 2),
+        "m ** 2": (lambda: m**2, v**2),
+        "2 ** m": (lambda: 2**m, 2**v),
+        "m + m": (lambda: m + m, v + v),
+        "m * (m - 1)": (lambda: m * (m - 1), v * (v - 1)),
+    }
+    for case, (build, expected) in cases.items():
+        comp = build()
+        assert isinstance(comp, CompositionalMetric), f"{case}: {type(comp).__name__}"
+        torch.testing.assert_close(comp.compute(), torch.as_tensor(expected, dtype=torch.float32), msg=case)
+
+
+def test_matmul_with_vector_state() -> None:
+    m = VectorSum()
+    m.update(torch.tensor([1.0, 2.0, 3.0]))
+    w = torch.tensor([1.0, 0.5, -1.0])
+    assert (m @ w).compute().item() == 1.0 + 1.0 - 3.0
+    assert (w @ m).compute().item() == 1.0 + 1.0 - 3.0
+    other = VectorSum()
+    other.update(torch.tensor([2.0, 0.0, 1.0]))
+    assert (m @ other).compute().item() == 2.0 + 0.0 + 3.0
+
+
+def test_comparisons_return_bool_tensors() -> None:
+    m = _sum_of([1.0, 2.0])  # 3
+    t = torch.tensor([1.0, 3.0, 5.0])
+    cases = {
+        "m == 3": (m == 3, torch.tensor(True)),
+        "m != 3": (m != 3, torch.tensor(False)),
+        "m < t": (m < t, torch.tensor([False, False, True])),
+        "m <= t": (m <= t, torch.tensor([False, True, True])),
+        "m > 2.5": (m > 2.5, torch.tensor(True)),
+        "m >= t": (m >= t, torch.tensor([True, True, False])),
+        "t > m": (t > m, torch.tensor([False, False, True])),
+        "2 < m (reflected)": (operator.lt(2, m), torch.tensor(True)),
+    }
+    for case, (comp, expected) in cases.items():
+        assert isinstance(comp, CompositionalMetric), f"{case}: {type(comp).__name__}"
+        out = comp.compute()
+        assert out.dtype == torch.bool and torch.equal(out, expected), f"{case}: {out}"
+    assert m in {m}, "metrics stay hashable"
+
+
+def test_composition_forward_update_reset() -> None:
+    a, b = SumMetric(), MeanMetric()
+    comp = 2 - a * b
+    x = torch.tensor([1.0, 3.0])
+    assert comp(x).item() == 2 - 4.0 * 2.0, "forward composes the batch values"
+    comp.update(torch.tensor([5.0]))
+    assert comp.compute().item() == 2 - 9.0 * 3.0
+    assert comp.update_count == 2
+    comp.reset()
+    assert a.update_count == 0 and b.update_count == 0
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    (a * b)(x).backward()
+    torch.testing.assert_close(x.grad, torch.tensor([1.5 + 3.0 / 2, 1.5 + 3.0 / 2]))
