@@ -8,6 +8,7 @@ the same loops is asserted in ``tests/unittests/test_soak.py``.
 from __future__ import annotations
 
 import gc
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -23,7 +24,9 @@ def _rss_mib() -> float:
 
 
 def _live_tensors() -> int:
-    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
+    with warnings.catch_warnings():  # isinstance() on some deprecated torch objects warns
+        warnings.simplefilter("ignore")
+        return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
 
 
 def _loss_step_factory(world: int) -> tuple[Any, Callable[[int], None]]:

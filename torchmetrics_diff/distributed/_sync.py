@@ -2,19 +2,21 @@
 
 One sync is (DESIGN §4):
 
-1. *Round A* — one all-gather of a byte row whose size every rank knows without asking: a fixed header
-   (signature hash, metadata length) followed by what the cached :class:`SyncPlan` says: the row counts of
-   ``cat`` states, the shapes of gathered states and, when they are small, the packed bytes of every
-   ``sum``/``mean``/``min``/``max`` state. When every rank's signature matches the plan, that one collective
-   is the whole sync for metrics without ``cat`` states: the reductions run locally on the gathered rows,
-   identically on every rank.
-2. *Fallback* — when the plan is missing or any rank's signature differs from it (the first sync, a shape
-   change, an empty list state), every rank's full metadata is gathered, validated (a disagreement raises the
-   same ``RuntimeError`` on every rank) and a new plan is agreed.
-3. *Round B* — one padded all-gather of the variable-size bytes (``cat`` rows, gathered states, and on the
-   fallback path the small reduction states too).
-4. Large ``sum``/``mean`` states, where moving ``W`` copies would cost more than reducing, take one
-   ``all_reduce`` per (op, dtype) bucket instead; :func:`_reduce_by_all_reduce` is the one place of that rule.
+1. *Round A* — one all-gather of a byte row whose size every rank knows without asking, from the cached
+   :class:`SyncPlan`: a header (signature hash), the per-rank sizes (rows of ``cat`` states, shapes of gathered
+   states), the small ``sum``/``mean``/``min``/``max`` states packed per (op, dtype) bucket, and each ``cat``
+   state padded to the row capacity the plan remembers. When every rank's signature matches the plan and its
+   rows fit, that one collective is the whole sync: reductions run locally on the gathered rows, identically on
+   every rank, and cat states are cut out of them.
+2. *Fallback* — when the plan is missing or a rank's signature differs from it (the first sync, a shape change,
+   an empty list state), every rank's full metadata is gathered (inline in round A on the first sync),
+   validated (a disagreement raises the same ``RuntimeError`` on every rank) and a new plan is agreed.
+3. *Round B* — one padded all-gather of whatever round A could not carry: cat states that outgrew their
+   capacity (which then grows), gathered states, and on the fallback path the data itself.
+4. Large ``sum``/``mean`` buckets, where moving ``W`` copies would cost more than reducing, take one
+   ``all_reduce`` each; :func:`_reduce_by_all_reduce` is the one place of that rule.
+
+So a sync costs one collective in the steady state, cat states included, two on the first sync.
 
 Gradients: with ``grad="local"`` each rank's own rows stay in its autograd graph (times ``grad_scale``), and
 every other rank's rows are constants; the backward needs no communication.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,9 +48,11 @@ State = Union[torch.Tensor, list]
 Reduction = Union[str, Callable[[Any], Any], None]
 REDUCTIONS = ("sum", "mean", "min", "max", "cat")
 
-_HEADER = 16  # bytes: int64 signature hash, int64 metadata length
+_OPS = ("sum", "mean", "min", "max")
+_HEADER = 16  # bytes: int64 signature hash, int64 metadata length (-1: not sent)
 _FIRST_ROW = 4096  # the first sync's row: header plus metadata, which almost always fits
-_GATHER_REDUCE_MAX_BYTES = 64 * 1024  # above this, sum/mean states are all-reduced (W x fewer bytes moved)
+_GATHER_REDUCE_MAX_BYTES = 64 * 1024  # above this, sum/mean buckets are all-reduced (W x fewer bytes moved)
+_FAILED = -1  # the signature hash of a rank that raised before syncing (see :func:`fail_sync`)
 
 
 def _align(n: int) -> int:
@@ -58,10 +63,15 @@ def _reduce_by_all_reduce(payload_bytes: int, world: int) -> bool:
     """The one rule choosing all_reduce over gather-and-reduce-locally for sum/mean states.
 
     A collective costs about the same whatever its size up to ~100 KB (latency-bound), so small states ride in
-    the gather that carries the metadata anyway: zero extra collectives. Large ones are bandwidth-bound, where
-    an all_reduce moves the bytes once instead of ``world`` times.
+    round A, which runs anyway: zero extra collectives. Large ones are bandwidth-bound, where an all_reduce moves
+    the bytes once instead of ``world`` times.
     """
     return payload_bytes * world > _GATHER_REDUCE_MAX_BYTES
+
+
+def _grown(rows: int) -> int:
+    """The capacity a cat state gets after outgrowing its old one: room for some growth, never zero."""
+    return max(1, math.ceil(rows * 1.25))
 
 
 @dataclass
@@ -86,6 +96,18 @@ class _Entry:
             dims = list(t.shape)
         return [self.name, self.kind, dtype_code(t.dtype), dims]
 
+    def key(self) -> tuple:
+        """A cheap local stand-in for :meth:`signature`, to find its cached hash."""
+        t = self.tensor
+        if t is None:
+            return (self.name, self.kind, None)
+        return (
+            self.name,
+            self.kind,
+            t.dtype,
+            t.shape[1:] if self.kind == "cat" else t.ndim if self.kind == "gather" else t.shape,
+        )
+
     def variable(self) -> list[int]:
         """Per-rank sizes exchanged on every sync: rows of a cat state, the shape of a gathered state."""
         if self.kind == "cat":
@@ -96,18 +118,46 @@ class _Entry:
 
 
 @dataclass
-class SyncPlan:
-    """What all ranks agreed on at the previous sync; lets the next one start with the right row size.
+class _Bucket:
+    """Reduction states of one (op, dtype), packed side by side and reduced with one op."""
 
-    Built only from data identical on every rank, so every rank holds the same plan. Keep one per object that
-    syncs (a metric or a collection); a fresh plan costs one extra collective on the first sync.
+    kind: str
+    dtype: torch.dtype
+    names: list[str]
+    shapes: list[torch.Size]
+
+    @property
+    def numels(self) -> list[int]:
+        return [s.numel() for s in self.shapes]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.numels) * self.dtype.itemsize
+
+
+@dataclass
+class SyncPlan:
+    """What all ranks agreed on at the previous sync; lets the next one fit in one collective.
+
+    Built only from data identical on every rank, so every rank holds the same plan. Keep one per object and
+    kind of sync (a metric's step syncs and its epoch syncs each have one); a fresh plan costs one collective more.
     """
 
     signature_hash: int = 0  # 0: nothing agreed yet
     signature: list = field(default_factory=list)
     n_variable: int = 0  # int64 sizes every rank sends (cat rows, gathered shapes)
-    payload: list = field(default_factory=list)  # (name, nbytes) of reduction states riding in round A
+    buckets: list[_Bucket] = field(default_factory=list)  # small reduction buckets riding in round A
+    reduced: list[_Bucket] = field(default_factory=list)  # large sum/mean buckets, all-reduced
+    capacity: dict[str, int] = field(default_factory=dict)  # rows of each cat state round A can carry
     row_bytes: int = _FIRST_ROW
+    local: tuple = ()  # (key, hash, signature) of this rank's last signature (a cache, not agreed)
+
+    def cat_row_bytes(self, name: str) -> int:
+        code, dims = self._cat[name]
+        return torch.Size(dims).numel() * dtype_from_code(code).itemsize
+
+    def __post_init__(self) -> None:
+        self._cat = {n: (c, d) for n, k, c, d in self.signature if k == "cat" and c != -1}
 
 
 def _hash(signature: list) -> int:
@@ -116,56 +166,40 @@ def _hash(signature: list) -> int:
     return value if value not in (0, _FAILED) else 1  # 0: no plan yet; _FAILED: a rank that raised
 
 
-_FAILED = -1  # the signature hash of a rank that raised before syncing (see :func:`fail_sync`)
+def _local_signature(entries: list[_Entry], plan: SyncPlan) -> tuple[int, list]:
+    """This rank's signature and its hash, cached in the plan while the states keep their kind/dtype/shape."""
+    key = tuple(e.key() for e in entries)
+    if plan.local and plan.local[0] == key:
+        return plan.local[1], plan.local[2]
+    signature = [e.signature() for e in entries]
+    plan.local = (key, _hash(signature), signature)
+    return plan.local[1], signature
 
 
 def _entries(states: dict[str, State], reductions: dict[str, Reduction]) -> list[_Entry]:
+    """List states are concatenated (and synced as ``cat``; a callable then gets the concatenation)."""
     out = []
     for name, value in states.items():
         fn = reductions[name]
-        kind = fn if isinstance(fn, str) else "gather"
         if isinstance(value, list):
-            kind = "cat" if kind != "gather" else kind
             rows = [v.reshape(1) if v.ndim == 0 else v for v in value]
-            tensor = torch.cat(rows) if rows else None
-            if kind == "gather" and tensor is None:
-                kind = "cat"
+            out.append(_Entry(name, "cat", fn, torch.cat(rows) if rows else None))
+        elif isinstance(fn, str):
+            out.append(_Entry(name, fn, fn, value.reshape(1) if fn == "cat" and value.ndim == 0 else value))
         else:
-            tensor = value.reshape(1) if kind == "cat" and value.ndim == 0 else value
-        out.append(_Entry(name, kind, fn, tensor))
+            out.append(_Entry(name, "gather", fn, value))
     return out
 
 
-class _GatherRows(torch.autograd.Function):
-    """All-gather one byte row built from a header and tensors; return each tensor's column block per rank.
+_ZEROS: dict[torch.device, torch.Tensor] = {}
 
-    Output ``i`` has shape ``(W, cap_i / itemsize)``: row ``r`` holds rank ``r``'s tensor ``i``, flattened and
-    zero-padded. Backward (``"local"`` semantics) returns each input the gradient of its own rank's row.
-    """
 
-    @staticmethod
-    def forward(ctx: Any, job: _RowJob, header: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        row = torch.zeros(job.row_bytes, dtype=torch.uint8, device=header.device)
-        row[: header.numel()] = header
-        for t, (offset, _cap) in zip(tensors, job.slots):
-            raw = t.detach().contiguous().view(-1).view(torch.uint8)
-            row[offset : offset + raw.numel()] = raw
-        table = row.new_empty(job.world * job.row_bytes)
-        all_gather_flat(table, row, job.group)
-        job.table = table.view(job.world, job.row_bytes)
-        ctx.rank, ctx.shapes = job.rank, [t.shape for t in tensors]
-        outs = []
-        for t, (offset, cap) in zip(tensors, job.slots):
-            outs.append(job.table[:, offset : offset + cap].contiguous().view(t.dtype))
-        ctx.mark_non_differentiable(*[o for o in outs if not (o.is_floating_point() or o.is_complex())])
-        return tuple(outs)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        local = [
-            None if g is None else g[ctx.rank, : shape.numel()].reshape(shape) for g, shape in zip(grads, ctx.shapes)
-        ]
-        return (None, None, *local)
+def _zeros(n: int, device: torch.device) -> torch.Tensor:
+    """``n`` zero bytes, sliced from a cached buffer (padding must not cost an allocation per piece)."""
+    buf = _ZEROS.get(device)
+    if buf is None or buf.numel() < n:
+        buf = _ZEROS[device] = torch.zeros(max(n, 4096), dtype=torch.uint8, device=device)
+    return buf[:n]
 
 
 @dataclass
@@ -179,6 +213,37 @@ class _RowJob:
     slots: list  # (offset, capacity in bytes) per tensor
     table: torch.Tensor | None = None
 
+    def run(self, header: torch.Tensor, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        device, pieces, pos = header.device, [header], header.numel()
+        for t, (offset, _cap) in zip(tensors, self.slots):
+            raw = t.detach().reshape(-1).view(torch.uint8)
+            pieces += [_zeros(offset - pos, device), raw]
+            pos = offset + raw.numel()
+        pieces.append(_zeros(self.row_bytes - pos, device))
+        row = torch.cat(pieces)
+        table = row.new_empty(self.world * self.row_bytes)
+        all_gather_flat(table, row, self.group)
+        self.table = table.view(self.world, self.row_bytes)
+        return tuple(self.table[:, off : off + cap].view(t.dtype) for t, (off, cap) in zip(tensors, self.slots))
+
+
+class _GatherRows(torch.autograd.Function):
+    """:meth:`_RowJob.run` with autograd: backward gives each input the gradient of its own rank's row."""
+
+    @staticmethod
+    def forward(ctx: Any, job: _RowJob, header: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.rank, ctx.shapes = job.rank, [t.shape for t in tensors]
+        outs = job.run(header, tensors)
+        ctx.mark_non_differentiable(*[o for o in outs if not (o.is_floating_point() or o.is_complex())])
+        return outs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        local = [
+            None if g is None else g[ctx.rank, : shape.numel()].reshape(shape) for g, shape in zip(grads, ctx.shapes)
+        ]
+        return (None, None, *local)
+
 
 def _gather_rows(
     header: torch.Tensor,
@@ -189,12 +254,20 @@ def _gather_rows(
     world: int,
     min_row: int = 0,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """All-gather ``header`` and ``tensors`` (tensor ``i`` padded to ``caps[i]`` bytes) in one row per rank.
+
+    Returns the gathered ``(W, row_bytes)`` byte table and, per tensor, a ``(W, caps[i] / itemsize)`` view of
+    every rank's copy. Autograd is involved only when a tensor requires gradient.
+    """
     offset, slots = _align(header.numel()), []
     for cap in caps:
         slots.append((offset, cap))
         offset += _align(cap)
     job = _RowJob(group, rank, world, max(offset, min_row), slots)
-    outs = _GatherRows.apply(job, header, *tensors)
+    if any(t.requires_grad for t in tensors):
+        outs = _GatherRows.apply(job, header, *tensors)
+    else:
+        outs = job.run(header, tuple(tensors))
     return job.table, list(outs)
 
 
@@ -206,8 +279,7 @@ def _check_agreement(owner: str, metas: list[list], world: int) -> list:
     """Validate every rank's signature; return the resolved one (unknown cat dtypes filled from peers)."""
     names = [[s[0] for s in m] for m in metas]
     if any(n != names[0] for n in names):
-        every = sorted(set().union(*names))
-        for name in every:
+        for name in sorted(set().union(*names)):
             missing = [r for r in range(world) if name not in names[r]]
             if missing:
                 present = [r for r in range(world) if r not in missing]
@@ -241,29 +313,38 @@ def _show_dims(dims: Any, kind: str) -> str:
     return str(tuple(dims)) if kind != "cat" else f"(*, {', '.join(map(str, dims))})" if dims else "(*,)"
 
 
-def _make_plan(signature: list, world: int) -> SyncPlan:
+def _make_plan(signature: list, world: int, capacity: dict[str, int]) -> SyncPlan:
+    """The layout of the next round A, from data identical on every rank."""
     n_var = sum(1 if kind == "cat" else dims if kind == "gather" else 0 for _, kind, _, dims in signature)
-    reduce = [(n, torch.Size(d).numel() * dtype_from_code(c).itemsize, k) for n, k, c, d in signature if k in _OPS]
-    small = not _reduce_by_all_reduce(sum(_align(b) for _, b, _ in reduce), world)
-    payload = [(n, b) for n, b, k in reduce if small or k in ("min", "max")]
-    row = _align(_HEADER + 8 * n_var) + sum(_align(b) for _, b in payload)
-    return SyncPlan(_hash(signature), signature, n_var, payload, row)
+    buckets: dict[tuple, _Bucket] = {}
+    for name, kind, code, dims in signature:
+        if kind in _OPS:
+            bucket = buckets.setdefault((kind, code), _Bucket(kind, dtype_from_code(code), [], []))
+            bucket.names.append(name)
+            bucket.shapes.append(torch.Size(dims))
+    small = not _reduce_by_all_reduce(sum(_align(b.nbytes) for b in buckets.values()), world)
+    gathered = [b for b in buckets.values() if small or b.kind in ("min", "max")]
+    reduced = [b for b in buckets.values() if not (small or b.kind in ("min", "max"))]
+    plan = SyncPlan(_hash(signature), signature, n_var, gathered, reduced, {})
+    plan.capacity = {n: capacity.get(n, 0) for n in plan._cat}
+    plan.row_bytes = _row_bytes(plan)
+    return plan
 
 
-_OPS = ("sum", "mean", "min", "max")
+def _row_bytes(plan: SyncPlan) -> int:
+    size = _align(_HEADER + 8 * plan.n_variable) + sum(_align(b.nbytes) for b in plan.buckets)
+    return size + sum(_align(rows * plan.cat_row_bytes(n)) for n, rows in plan.capacity.items())
 
 
-def _reduce_rows(kind: str, rows: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def _reduce_rows(kind: str, rows: torch.Tensor) -> torch.Tensor:
     """Reduce the ``(W, n)`` gathered rows locally; the same bits on every rank."""
     if rows.dtype == torch.bool:
-        out = rows.all(0) if kind == "min" else rows.any(0)
-    elif kind == "sum":
-        out = rows.sum(0, dtype=rows.dtype)
-    elif kind == "mean":
-        out = rows.mean(0) if rows.is_floating_point() or rows.is_complex() else rows.sum(0) / rows.shape[0]
-    else:
-        out = rows.amax(0) if kind == "max" else rows.amin(0)
-    return out.reshape(shape)
+        return rows.all(0) if kind == "min" else rows.any(0)
+    if kind == "sum":
+        return rows.sum(0, dtype=rows.dtype)
+    if kind == "mean":
+        return rows.mean(0) if rows.is_floating_point() or rows.is_complex() else rows.sum(0) / rows.shape[0]
+    return rows.amax(0) if kind == "max" else rows.amin(0)
 
 
 def sync_states(
@@ -282,8 +363,9 @@ def sync_states(
     Args:
         states: name -> tensor or list of tensors (list states are concatenated along dim 0 first).
         reductions: name -> ``"sum"``, ``"mean"``, ``"min"``, ``"max"``, ``"cat"``, a callable or ``None``.
-            Callables receive the per-rank values stacked along a new dim 0 (a list when their shapes
-            differ); ``None`` returns that stack itself.
+            For tensor states, callables receive the per-rank values stacked along a new dim 0 (a list when
+            their shapes differ) and ``None`` returns that stack itself; list states are always concatenated
+            across ranks and a callable then receives the concatenation.
         group: the process group (``None``: default).
         plan: the caller's :class:`SyncPlan`, updated in place; ``None`` costs one collective more.
         grad: ``"none"`` (detached result) or ``"local"`` (each rank's own contribution keeps its graph).
@@ -293,11 +375,11 @@ def sync_states(
         device: where the communication buffers live (default: the first state's device).
 
     Returns:
-        name -> synced value. A ``cat`` state that is empty on every rank stays an empty list.
+        name -> synced value. A list state that is empty on every rank stays an empty list.
 
     Raises:
         RuntimeError: on every rank, naming the state and the ranks, when ranks disagree on the set of
-            states, a reduction, a dtype or a shape.
+            states, a reduction, a dtype or a shape, or when a rank failed before syncing.
 
     Example:
         >>> import torch
@@ -315,10 +397,10 @@ def sync_states(
     if world == 1:
         return {k: _single(v, reductions[k], grad) for k, v in states.items()}
     rank = group_rank(group)
+    plan = plan if plan is not None else SyncPlan()
     try:  # concatenating list states or reading dtypes can fail on one rank: the others must not wait
         entries = _entries(states, reductions)
-        for e in entries:
-            e.signature()
+        local_hash, local_sig = _local_signature(entries, plan)
     except Exception as err:
         fail_sync(err, group, plan=plan, owner=owner, device=device)
     if device is None:
@@ -329,7 +411,7 @@ def sync_states(
             e.tensor = e.tensor.to(device)
             e.tensor = scale_grad(e.tensor, grad_scale) if track else e.tensor.detach()
     with torch.enable_grad() if track else torch.no_grad():
-        return _Sync(entries, plan if plan is not None else SyncPlan(), group, rank, world, owner, device).run()
+        return _Sync(entries, plan, group, rank, world, owner, device).run(local_hash, local_sig)
 
 
 def fail_sync(
@@ -343,7 +425,7 @@ def fail_sync(
     """Raise ``problem`` here and a ``RuntimeError`` on the ranks syncing with the same ``plan`` meanwhile.
 
     For a rank that failed (say, inside ``update``) while the others are about to call :func:`sync_states`: it
-    joins their first round with a failure marker instead of leaving them waiting. Just raises at world size 1.
+    joins their round A with a failure marker instead of leaving them waiting. Just raises at world size 1.
     """
     world = group_size(group)
     if world == 1:
@@ -358,7 +440,9 @@ def _single(value: State, fn: Reduction, grad: str) -> Any:
         if not value:
             return []
         value = torch.cat([v.reshape(1) if v.ndim == 0 else v for v in value])
-    elif fn == "cat" and value.ndim == 0:
+        value = value.detach() if grad == "none" else value
+        return fn(value) if callable(fn) else value
+    if fn == "cat" and value.ndim == 0:
         value = value.reshape(1)
     if grad == "none":
         value = value.detach()
@@ -402,36 +486,39 @@ class _Sync:
 
     def fail(self, problem: BaseException) -> None:
         """Take part in round A with a failure marker, then raise ``problem``: the other ranks raise too."""
-        header = _int_bytes([_FAILED, 0], self.device)
-        self._rows(header, [], [], min_row=self.plan.row_bytes)
+        self._rows(_int_bytes([_FAILED, -1], self.device), [], [], min_row=self.plan.row_bytes)
         raise problem
 
-    def run(self) -> dict[str, Any]:
-        plan, device = self.plan, self.device
-        local_sig = [e.signature() for e in self.entries]
-        local_hash = _hash(local_sig)
-        variable = [v for e in self.entries for v in e.variable()]
-        meta = json.dumps({"sig": local_sig, "var": variable}).encode()
-        meta_bytes = torch.frombuffer(bytearray(meta), dtype=torch.uint8).to(device)
+    def _empty(self, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+        return torch.zeros(0, dtype=dtype, device=self.device)
 
-        # Round A: header, then either the metadata itself (no plan yet) or the plan's sizes and payload.
+    def _flat(self, bucket: _Bucket) -> torch.Tensor:
+        return torch.cat([self.by_name[n].tensor.reshape(-1) for n in bucket.names])
+
+    def run(self, local_hash: int, local_sig: list) -> dict[str, Any]:
+        plan, device = self.plan, self.device
+        variable = [v for e in self.entries for v in e.variable()]
         fits = local_hash == plan.signature_hash
-        reduced: dict[str, torch.Tensor] = {}
+
+        # Round A: the metadata itself (no plan yet), or the plan's sizes, reduction buckets and cat rows.
+        gathered: dict[str, torch.Tensor] = {}
         if plan.signature_hash == 0:
-            inline = len(meta) <= plan.row_bytes - _HEADER
-            header = torch.cat([_int_bytes([local_hash, len(meta)], device), meta_bytes if inline else meta_bytes[:0]])
-            table, _ = self._rows(header, [], [], min_row=plan.row_bytes)
+            meta = self._meta(local_sig, variable)
+            inline = meta if meta.numel() <= plan.row_bytes - _HEADER else meta[:0]
+            table, _ = self._rows(
+                torch.cat([_int_bytes([local_hash, meta.numel()], device), inline]), [], [], min_row=plan.row_bytes
+            )
         else:
-            header = _int_bytes([local_hash, len(meta)] + (variable if fits else [0] * plan.n_variable), device)
-            tensors = [
-                self.by_name[n].tensor if fits else torch.zeros(0, dtype=torch.uint8, device=device)
-                for n, _ in plan.payload
-            ]
-            table, outs = self._rows(header, tensors, [b for _, b in plan.payload], min_row=plan.row_bytes)
-            if fits:
-                reduced = {n: o for (n, _), o in zip(plan.payload, outs)}
-        ints = table[:, :_HEADER].contiguous().view(torch.int64).tolist()
-        hashes, lens = [r[0] for r in ints], [r[1] for r in ints]
+            header = _int_bytes([local_hash, -1] + (variable if fits else [0] * plan.n_variable), device)
+            tensors = [self._flat(b) if fits else self._empty() for b in plan.buckets]
+            caps = [b.nbytes for b in plan.buckets]
+            for name, rows in plan.capacity.items():
+                t = self.by_name[name].tensor if fits else None
+                tensors.append(t if t is not None and t.shape[0] <= rows else self._empty())
+                caps.append(rows * plan.cat_row_bytes(name))
+            table, outs = self._rows(header, tensors, caps, min_row=plan.row_bytes)
+            gathered = dict(zip([b.names[0] for b in plan.buckets] + list(plan.capacity), outs))
+        hashes = table[:, :_HEADER].contiguous().view(torch.int64)[:, 0].tolist()
         failed = [r for r, h in enumerate(hashes) if h == _FAILED]
         if failed:
             raise RuntimeError(
@@ -443,97 +530,101 @@ class _Sync:
             sizes = (
                 table[:, _HEADER : _HEADER + 8 * n].contiguous().view(torch.int64).tolist() if n else [[]] * self.world
             )
-            signature = plan.signature
-        else:
-            reduced = {}
-            if plan.signature_hash == 0 and max(lens) <= plan.row_bytes - _HEADER:
-                raw = [bytes(table[r, _HEADER : _HEADER + lens[r]].tolist()) for r in range(self.world)]
-            else:  # fallback: a rank differs from the plan, or the metadata did not fit in the first row
-                mt, _ = self._rows(meta_bytes, [], [], min_row=_align(max(lens)))
-                raw = [bytes(mt[r, : lens[r]].tolist()) for r in range(self.world)]
-            metas = [json.loads(m) for m in raw]
-            signature = _check_agreement(self.owner, [m["sig"] for m in metas], self.world)
-            self.plan.__dict__.update(_make_plan(signature, self.world).__dict__)
-            sizes = [m["var"] for m in metas]
-        return self._finish(signature, sizes, reduced)
+            return self._finish(plan, sizes, gathered)
 
-    def _finish(self, signature: list, sizes: list[list[int]], reduced: dict[str, torch.Tensor]) -> dict[str, Any]:
-        # Per-rank shapes of every variable-size state, read from the exchanged sizes.
+        # Fallback: agree on a new plan from everyone's metadata.
+        if plan.signature_hash == 0 and max(table[:, 8:16].contiguous().view(torch.int64)[:, 0].tolist()) <= (
+            plan.row_bytes - _HEADER
+        ):
+            lens = table[:, 8:16].contiguous().view(torch.int64)[:, 0].tolist()
+            raw = [bytes(table[r, _HEADER : _HEADER + lens[r]].tolist()) for r in range(self.world)]
+        else:
+            meta = self._meta(local_sig, variable)
+            lt, _ = self._rows(_int_bytes([meta.numel()], device), [], [])
+            lens = lt.contiguous().view(torch.int64)[:, 0].tolist()
+            mt, _ = self._rows(meta, [], [], min_row=_align(max(lens)))
+            raw = [bytes(mt[r, : lens[r]].tolist()) for r in range(self.world)]
+        metas = [json.loads(m) for m in raw]
+        signature = _check_agreement(self.owner, [m["sig"] for m in metas], self.world)
+        sizes = [m["var"] for m in metas]
+        new_plan = _make_plan(signature, self.world, {})
+        new_plan.local = plan.local
+        plan.__dict__.update(new_plan.__dict__)
+        return self._finish(plan, sizes, {})
+
+    def _meta(self, signature: list, variable: list[int]) -> torch.Tensor:
+        blob = json.dumps({"sig": signature, "var": variable}).encode()
+        return torch.frombuffer(bytearray(blob), dtype=torch.uint8).to(self.device)
+
+    def _finish(self, plan: SyncPlan, sizes: list[list[int]], gathered: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """Round B for what round A did not carry, the all-reduces, then every state's value."""
+        rows: dict[str, list[int]] = {}
         shapes: dict[str, list[tuple[int, ...]]] = {}
         cursor = 0
-        for name, kind, _code, dims in signature:
+        for name, kind, _code, dims in plan.signature:
             if kind == "cat":
-                shapes[name] = [(s[cursor], *(dims or ())) for s in sizes]
+                rows[name] = [s[cursor] for s in sizes]
                 cursor += 1
             elif kind == "gather":
                 shapes[name] = [tuple(s[cursor : cursor + dims]) for s in sizes]
                 cursor += dims
 
-        # Round B: variable-size states, and the reduction states not already reduced or all-reduced.
-        payload = {n for n, _ in self.plan.payload}
-        round_b, caps = [], []
-        for name, kind, code, dims in signature:
-            if code == -1 or name in reduced:
-                continue
-            if kind in _OPS and name not in payload:
-                continue  # large sum/mean: all-reduced below
-            dtype = dtype_from_code(code)
-            if kind in _OPS:
-                nbytes = [torch.Size(dims).numel() * dtype.itemsize] * self.world
-            else:
-                nbytes = [torch.Size(s).numel() * dtype.itemsize for s in shapes[name]]
-            round_b.append((name, kind, dtype))
-            caps.append(max(nbytes))
-        gathered: dict[str, torch.Tensor] = {}
-        if round_b:
-            tensors = [
-                self.by_name[n].tensor
-                if self.by_name[n].tensor is not None
-                else torch.zeros(0, dtype=dt, device=self.device)
-                for n, _, dt in round_b
-            ]
-            empty = torch.zeros(0, dtype=torch.uint8, device=self.device)
-            _, outs = self._rows(empty, tensors, caps)
-            gathered = {n: o for (n, _, _), o in zip(round_b, outs)}
-        reduced = {**reduced, **gathered}
-
-        # Large sum/mean states: one all_reduce per (op, dtype) bucket.
-        buckets: dict[tuple, list[str]] = {}
-        for name, kind, code, _dims in signature:
-            if kind in ("sum", "mean") and name not in reduced:
-                buckets.setdefault((kind, code), []).append(name)
-        result: dict[str, Any] = {}
-        for (kind, _code), names in buckets.items():
-            flat = torch.cat([self.by_name[n].tensor.reshape(-1) for n in names])
-            wants = flat.requires_grad
-            with self._naming_failures():
-                out = (
-                    _AllReduce.apply(flat, kind, self.group, self.world, "local", False)
-                    if wants
-                    else _all_reduced(flat, kind, self.group, self.world)
+        # Round B: buckets not gathered yet, cat states beyond their capacity, gathered states.
+        late: list[tuple[str, torch.Tensor, int]] = []
+        for bucket in plan.buckets:
+            if bucket.names[0] not in gathered:
+                late.append((bucket.names[0], self._flat(bucket), bucket.nbytes))
+        for name, kind, code, _dims in plan.signature:
+            dtype = dtype_from_code(code) if code != -1 else None
+            if kind == "cat" and dtype is not None and (name not in gathered or max(rows[name]) > plan.capacity[name]):
+                t = self.by_name[name].tensor
+                late.append(
+                    (name, t if t is not None else self._empty(dtype), max(rows[name]) * plan.cat_row_bytes(name))
                 )
-            for n, piece in zip(names, out.split([self.by_name[n].tensor.numel() for n in names])):
-                result[n] = piece.view(self.by_name[n].tensor.shape)
+            elif kind == "gather":
+                late.append(
+                    (name, self.by_name[name].tensor, max(torch.Size(s).numel() for s in shapes[name]) * dtype.itemsize)
+                )
+        if late:
+            _, outs = self._rows(self._empty(), [t for _, t, _ in late], [c for _, _, c in late])
+            gathered.update({name: out for (name, _, _), out in zip(late, outs)})
 
-        for name, kind, code, dims in signature:
-            if name in result:
-                continue
-            if code == -1:  # an empty cat state on every rank
-                result[name] = []
-                continue
-            rows = reduced[name]
-            if kind in _OPS:
-                result[name] = _reduce_rows(kind, rows[:, : torch.Size(dims).numel()], torch.Size(dims))
-                continue
-            pieces = [rows[r, : torch.Size(s).numel()].view(s) for r, s in enumerate(shapes[name])]
+        result: dict[str, Any] = {}
+        for bucket in plan.buckets:
+            reduced = _reduce_rows(bucket.kind, gathered[bucket.names[0]][:, : sum(bucket.numels)])
+            for name, piece, shape in zip(bucket.names, reduced.split(bucket.numels), bucket.shapes):
+                result[name] = piece.view(shape)
+        for bucket in plan.reduced:
+            flat = self._flat(bucket)
+            with self._naming_failures():
+                mode = "local" if flat.requires_grad else "none"
+                out = _AllReduce.apply(
+                    flat if flat.requires_grad else flat.detach(), bucket.kind, self.group, self.world, mode, False
+                )
+            for name, piece, shape in zip(bucket.names, out.split(bucket.numels), bucket.shapes):
+                result[name] = piece.view(shape)
+        for name, kind, code, dims in plan.signature:
             if kind == "cat":
-                result[name] = torch.cat(pieces)
-            else:
+                if code == -1:  # empty on every rank
+                    result[name] = []
+                    continue
+                table = gathered[name]
+                width = torch.Size(dims).numel()
+                pieces = [table[r, : n * width].view(n, *dims) for r, n in enumerate(rows[name])]
+                value = torch.cat(pieces)
+                fn = self.by_name[name].fn
+                result[name] = fn(value) if callable(fn) else value
+            elif kind == "gather":
+                table = gathered[name]
+                pieces = [table[r, : torch.Size(s).numel()].view(s) for r, s in enumerate(shapes[name])]
                 fn = self.by_name[name].fn
                 stacked = torch.stack(pieces) if all(p.shape == pieces[0].shape for p in pieces) else pieces
                 result[name] = stacked if fn is None else fn(stacked)
+
+        # Cat capacities for the next round A: room for what was seen (identical on every rank).
+        for name in plan._cat:
+            most = max(rows[name])
+            if most > plan.capacity.get(name, 0) or plan.capacity.get(name, 0) > 4 * most + 64:
+                plan.capacity[name] = _grown(most)
+        plan.row_bytes = _row_bytes(plan)
         return {e.name: result[e.name] for e in self.entries}
-
-
-def _all_reduced(flat: torch.Tensor, kind: str, group: Group, world: int) -> torch.Tensor:
-    return _AllReduce.apply(flat.detach(), kind, group, world, "local", False)
