@@ -81,8 +81,10 @@ class BaseAggregator(Metric):
     def _clean(self, value: Any) -> torch.Tensor:
         value = self._as_tensor(value)
         keep = self._nan_mask(value)
-        if keep is None:
-            return value
+        return value if keep is None else self._replace_or_drop(value, keep)
+
+    def _replace_or_drop(self, value: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """NaNs replaced by the ``nan_strategy`` float, or dropped."""
         if isinstance(self.nan_strategy, float):
             return torch.where(keep, value, torch.full_like(value, self.nan_strategy))
         return value[keep]
@@ -229,6 +231,13 @@ class MeanMetric(BaseAggregator):
             ValueError: ``weight`` cannot be broadcast to ``value``.
         """
         value = self._as_tensor(value)
+        if isinstance(weight, (int, float)) and not isinstance(weight, bool):  # the common case: no weight tensor
+            keep = self._nan_mask(value)
+            if keep is not None:
+                value = self._replace_or_drop(value, keep)
+            self.mean_value = self.mean_value + value.sum() * weight
+            self.weight = self.weight + value.numel() * weight
+            return
         weight = self._as_tensor(weight, "weight")
         try:
             weight = torch.broadcast_to(weight, value.shape)
@@ -239,7 +248,7 @@ class MeanMetric(BaseAggregator):
         keep = self._nan_mask(value)
         if keep is not None:
             if isinstance(self.nan_strategy, float):
-                value = torch.where(keep, value, torch.full_like(value, self.nan_strategy))
+                value = self._replace_or_drop(value, keep)
             else:
                 value, weight = value[keep], weight[keep]
         self.mean_value = self.mean_value + (value * weight).sum()

@@ -46,6 +46,25 @@ def dim_zero_cat(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(1) if t.ndim == 0 else t for t in x])
 
 
+_BOOKKEEPING = frozenset({"_computed", "_update_count", "_in_lifecycle", "_synced_cache"})
+
+
+class _Lifecycle:
+    """Marks the metric as inside its own lifecycle, so that a subclass's ``super().update()`` runs plainly."""
+
+    __slots__ = ("metric", "previous")
+
+    def __init__(self, metric: Metric) -> None:
+        self.metric = metric
+
+    def __enter__(self) -> None:
+        state = self.metric.__dict__
+        self.previous, state["_in_lifecycle"] = state["_in_lifecycle"], True
+
+    def __exit__(self, *exc: object) -> None:
+        self.metric.__dict__["_in_lifecycle"] = self.previous
+
+
 def _promoted(before: Any, after: Any) -> bool:
     """Whether a floating state changed floating dtype (type promotion by an input of another precision)."""
     return (
@@ -233,8 +252,15 @@ class Metric(nn.Module):
         return self._dtype
 
     def _set_states(self, values: dict[str, Any]) -> None:
-        for name, value in values.items():
-            setattr(self, name, value)
+        self.__dict__.update(values)  # states are plain attributes, never parameters, buffers or modules
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``self.total = self.total + x`` in every update: skip nn.Module's parameter/buffer/module checks for
+        # names that are states or bookkeeping (a hot path: a forward assigns about a dozen of them)
+        if name in _BOOKKEEPING or name in self.__dict__.get("_defaults", ()):
+            self.__dict__[name] = value
+        else:
+            super().__setattr__(name, value)
 
     # --------------------------------------------------------------- lifecycle
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -292,13 +318,8 @@ class Metric(nn.Module):
             return False
         return not (self.sync_on_compute and self._defaults and group_size(self.process_group) > 1)
 
-    @contextmanager
-    def _lifecycle(self) -> Iterator[None]:
-        previous, self._in_lifecycle = self._in_lifecycle, True
-        try:
-            yield
-        finally:
-            self._in_lifecycle = previous
+    def _lifecycle(self) -> _Lifecycle:
+        return _Lifecycle(self)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with a batch and return the metric of that batch (of the global batch when syncing).
@@ -373,10 +394,11 @@ class Metric(nn.Module):
         out = {}
         for name, fx in self._reductions.items():
             a, b = acc[name], new[name]
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and b.dtype != a.dtype:
                 b = b.to(a.dtype)  # a float64 batch folds into float32 accumulators without changing their dtype
-            if isinstance(a, list):
-                out[name] = a + (b if isinstance(b, list) else [b])
+            if isinstance(a, list):  # in place: a step costs the same after 10,000 steps as after one
+                a.extend(b if isinstance(b, list) else [b])
+                out[name] = a
             elif fx == "sum":
                 out[name] = a + b
             elif fx == "mean":
