@@ -78,19 +78,31 @@ def group_rank(group: Group = None) -> int:
     return rank
 
 
+class CollectiveError(RuntimeError):
+    """A collective itself failed: a timeout, a peer that died, a backend error (not a check of ours)."""
+
+
 def all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:
     """``out[i * n:(i + 1) * n] = inp`` of rank ``i``, for 1-D ``inp`` of ``n`` elements on every rank."""
     if inp.dtype == torch.bool:  # not every backend reduces or gathers bool; bytes always travel
-        _all_gather_flat(out.view(torch.uint8), inp.view(torch.uint8), group=group)
-    else:
+        out, inp = out.view(torch.uint8), inp.view(torch.uint8)
+    try:
         _all_gather_flat(out, inp, group=group)
+    except RuntimeError as err:
+        raise CollectiveError(f"all_gather failed: {err}") from err
 
 
 def reduce_scatter_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:
     """``out`` = the ``rank``-th of ``W`` equal chunks of the elementwise sum of every rank's ``inp``."""
-    _reduce_scatter_flat(out, inp, op=dist.ReduceOp.SUM, group=group)
+    try:
+        _reduce_scatter_flat(out, inp, op=dist.ReduceOp.SUM, group=group)
+    except RuntimeError as err:
+        raise CollectiveError(f"reduce_scatter failed: {err}") from err
 
 
 def all_reduce_(tensor: torch.Tensor, op: str, group: Group = None) -> None:
     """In-place all-reduce of ``tensor`` with ``op`` in ``{"sum", "min", "max"}``."""
-    dist.all_reduce(tensor, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]), group=group)
+    try:
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]), group=group)
+    except RuntimeError as err:
+        raise CollectiveError(f"all_reduce failed: {err}") from err

@@ -36,6 +36,7 @@ import torch
 
 from torchmetrics_diff.distributed._autograd import _AllReduce, scale_grad
 from torchmetrics_diff.distributed._backend import (
+    CollectiveError,
     Group,
     all_gather_flat,
     dtype_code,
@@ -153,11 +154,15 @@ class SyncPlan:
     local: tuple = ()  # (key, hash, signature) of this rank's last signature (a cache, not agreed)
 
     def cat_row_bytes(self, name: str) -> int:
-        code, dims = self._cat[name]
-        return torch.Size(dims).numel() * dtype_from_code(code).itemsize
+        return self._cat[name]
 
     def __post_init__(self) -> None:
-        self._cat = {n: (c, d) for n, k, c, d in self.signature if k == "cat" and c != -1}
+        # bytes per row of every cat state whose dtype is known
+        self._cat = {
+            n: torch.Size(d).numel() * dtype_from_code(c).itemsize
+            for n, k, c, d in self.signature
+            if k == "cat" and c != -1
+        }
 
 
 def _hash(signature: list) -> int:
@@ -183,12 +188,21 @@ def _entries(states: dict[str, State], reductions: dict[str, Reduction]) -> list
         fn = reductions[name]
         if isinstance(value, list):
             rows = [v.reshape(1) if v.ndim == 0 else v for v in value]
-            out.append(_Entry(name, "cat", fn, torch.cat(rows) if rows else None))
+            tensor = None if not rows else rows[0] if len(rows) == 1 else torch.cat(rows)
+            out.append(_Entry(name, "cat", fn, tensor))
         elif isinstance(fn, str):
             out.append(_Entry(name, fn, fn, value.reshape(1) if fn == "cat" and value.ndim == 0 else value))
         else:
             out.append(_Entry(name, "gather", fn, value))
     return out
+
+
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of ``t`` as a flat uint8 tensor (a view when ``t`` is dense with unit stride, else a copy)."""
+    flat = t.detach().reshape(-1)
+    if flat.stride(0) != 1:  # a 0- or 1-element slice counts as contiguous with any stride (clone keeps it)
+        flat = flat.new_empty(flat.shape).copy_(flat)
+    return flat.view(torch.uint8)
 
 
 _ZEROS: dict[torch.device, torch.Tensor] = {}
@@ -211,20 +225,37 @@ class _RowJob:
     world: int
     row_bytes: int
     slots: list  # (offset, capacity in bytes) per tensor
+    slot: str = "a"  # which reusable buffer pair: rounds of one sync must not share one
     table: torch.Tensor | None = None
 
     def run(self, header: torch.Tensor, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         device, pieces, pos = header.device, [header], header.numel()
         for t, (offset, _cap) in zip(tensors, self.slots):
-            raw = t.detach().reshape(-1).view(torch.uint8)
+            raw = _bytes_of(t)
             pieces += [_zeros(offset - pos, device), raw]
             pos = offset + raw.numel()
         pieces.append(_zeros(self.row_bytes - pos, device))
-        row = torch.cat(pieces)
-        table = row.new_empty(self.world * self.row_bytes)
+        row, table = _buffers(device, self.row_bytes, self.world, self.slot)
+        torch.cat(pieces, out=row)
         all_gather_flat(table, row, self.group)
         self.table = table.view(self.world, self.row_bytes)
         return tuple(self.table[:, off : off + cap].view(t.dtype) for t, (off, cap) in zip(tensors, self.slots))
+
+
+# Reused send/receive buffers, one pair per device: a sync allocates nothing on its hot path. Safe because every
+# value a sync returns is a fresh tensor computed from the table (a reduction, a concatenation, a stack or a
+# clone), never a view of it, and a rank runs one sync at a time.
+# Rounds A and B of one sync use different buffers (A's results are read after B).
+_BUFFERS: dict[tuple[torch.device, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _buffers(device: torch.device, row_bytes: int, world: int, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
+    row, table = _BUFFERS.get((device, slot), (None, None))
+    if row is None or row.numel() < row_bytes or table.numel() < world * row_bytes:
+        row = torch.empty(row_bytes, dtype=torch.uint8, device=device)
+        table = torch.empty(world * row_bytes, dtype=torch.uint8, device=device)
+        _BUFFERS[(device, slot)] = (row, table)
+    return row[:row_bytes], table[: world * row_bytes]
 
 
 class _GatherRows(torch.autograd.Function):
@@ -233,7 +264,8 @@ class _GatherRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, job: _RowJob, header: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.rank, ctx.shapes = job.rank, [t.shape for t in tensors]
-        outs = job.run(header, tensors)
+        # copies: autograd may keep these (amax saves its input) past the next sync, which reuses the buffer
+        outs = tuple(o.clone() for o in job.run(header, tensors))
         ctx.mark_non_differentiable(*[o for o in outs if not (o.is_floating_point() or o.is_complex())])
         return outs
 
@@ -253,6 +285,7 @@ def _gather_rows(
     rank: int,
     world: int,
     min_row: int = 0,
+    slot: str = "a",
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """All-gather ``header`` and ``tensors`` (tensor ``i`` padded to ``caps[i]`` bytes) in one row per rank.
 
@@ -263,7 +296,7 @@ def _gather_rows(
     for cap in caps:
         slots.append((offset, cap))
         offset += _align(cap)
-    job = _RowJob(group, rank, world, max(offset, min_row), slots)
+    job = _RowJob(group, rank, world, max(offset, min_row), slots, slot)
     if any(t.requires_grad for t in tensors):
         outs = _GatherRows.apply(job, header, *tensors)
     else:
@@ -469,16 +502,16 @@ class _Sync:
         self.owner, self.device = owner, device
         self.by_name = {e.name: e for e in entries}
 
-    def _rows(self, header: torch.Tensor, tensors: list, caps: list, min_row: int = 0) -> tuple:
+    def _rows(self, header: torch.Tensor, tensors: list, caps: list, min_row: int = 0, slot: str = "a") -> tuple:
         with self._naming_failures():
-            return _gather_rows(header, tensors, caps, self.group, self.rank, self.world, min_row)
+            return _gather_rows(header, tensors, caps, self.group, self.rank, self.world, min_row, slot)
 
     @contextmanager
     def _naming_failures(self) -> Iterator[None]:
         """A collective that fails (a timeout, a dead peer) names the metric and the states being synced."""
         try:
             yield
-        except RuntimeError as err:
+        except CollectiveError as err:
             names = [e.name for e in self.entries]
             raise RuntimeError(
                 f"{self.owner}: a collective failed while syncing states {names} over {self.world} ranks: {err}"
@@ -540,9 +573,9 @@ class _Sync:
             raw = [bytes(table[r, _HEADER : _HEADER + lens[r]].tolist()) for r in range(self.world)]
         else:
             meta = self._meta(local_sig, variable)
-            lt, _ = self._rows(_int_bytes([meta.numel()], device), [], [])
+            lt, _ = self._rows(_int_bytes([meta.numel()], device), [], [], slot="m")
             lens = lt.contiguous().view(torch.int64)[:, 0].tolist()
-            mt, _ = self._rows(meta, [], [], min_row=_align(max(lens)))
+            mt, _ = self._rows(meta, [], [], min_row=_align(max(lens)), slot="m")
             raw = [bytes(mt[r, : lens[r]].tolist()) for r in range(self.world)]
         metas = [json.loads(m) for m in raw]
         signature = _check_agreement(self.owner, [m["sig"] for m in metas], self.world)
@@ -586,7 +619,7 @@ class _Sync:
                     (name, self.by_name[name].tensor, max(torch.Size(s).numel() for s in shapes[name]) * dtype.itemsize)
                 )
         if late:
-            _, outs = self._rows(self._empty(), [t for _, t, _ in late], [c for _, _, c in late])
+            _, outs = self._rows(self._empty(), [t for _, t, _ in late], [c for _, _, c in late], slot="b")
             gathered.update({name: out for (name, _, _), out in zip(late, outs)})
 
         result: dict[str, Any] = {}
@@ -616,15 +649,18 @@ class _Sync:
                 result[name] = fn(value) if callable(fn) else value
             elif kind == "gather":
                 table = gathered[name]
-                pieces = [table[r, : torch.Size(s).numel()].view(s) for r, s in enumerate(shapes[name])]
+                pieces = [table[r, : torch.Size(s).numel()].view(s).clone() for r, s in enumerate(shapes[name])]
                 fn = self.by_name[name].fn
                 stacked = torch.stack(pieces) if all(p.shape == pieces[0].shape for p in pieces) else pieces
                 result[name] = stacked if fn is None else fn(stacked)
 
-        # Cat capacities for the next round A: room for what was seen (identical on every rank).
+        # Cat capacities for the next round A, from sizes every rank saw: exactly what was seen at first (steady
+        # batch sizes then fit without padding), room to grow after an overflow, shrunk when far too large.
         for name in plan._cat:
-            most = max(rows[name])
-            if most > plan.capacity.get(name, 0) or plan.capacity.get(name, 0) > 4 * most + 64:
+            most, cap = max(rows[name]), plan.capacity.get(name, 0)
+            if cap == 0 or cap > 4 * most + 64:
+                plan.capacity[name] = most
+            elif most > cap:
                 plan.capacity[name] = _grown(most)
         plan.row_bytes = _row_bytes(plan)
         return {e.name: result[e.name] for e in self.entries}
