@@ -393,7 +393,7 @@ def supcon_block(
     return per_anchor.to(_acc_dtype(logits.dtype)).sum(), _count(valid.sum(), logits)
 
 
-def supcon_loss(features: Tensor, labels: Tensor | None = None, temperature: Scalar = 0.07) -> Tensor:
+def supcon_loss(features: Tensor, labels: Tensor | None = None, temperature: Scalar = 0.1) -> Tensor:
     """Supervised contrastive loss (Khosla et al., 2020, L_out) of a full batch.
 
     The SupConLoss of the reference implementation with ``contrast_mode='all'`` and

@@ -107,7 +107,7 @@ def global_rows_loss(
         views: tensors with the same number of rows (the local samples), e.g. ``(img, txt)``.
         block: ``block(local_views, all_views, row_start) -> (loss_sum, count)``: the loss summed over the
             anchors of rows ``[row_start, row_start + n)`` against all ``N`` global rows.
-        strategy: ``"replicated"`` or ``"sharded"`` (see the module docstring).
+        strategy: ``"replicated"`` or ``"sharded"`` (see :doc:`/guide/strategies`).
         group: the process group (``None``: default).
         grad_reduction: ``"mean"`` when the trainer averages gradients over ranks (DDP), ``"sum"`` otherwise.
 

@@ -114,7 +114,11 @@ class SigLIPLoss(GlobalBatchLoss):
     .. math::
         \ell = -\frac{1}{N}\sum_{i,j}\log\sigma\big(z_{ij}(t\,x_i\cdot y_j + b)\big),\quad z_{ij}=\pm1
 
-    with ``t = logit_scale`` and ``b = logit_bias`` given per call.
+    with ``t = logit_scale`` and ``b = logit_bias`` given per call, over the ``N`` rows of every rank.
+
+    Args:
+        strategy: ``"sharded"`` (default) or ``"replicated"``.
+        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
 
     Example:
         >>> import torch

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed import all_reduce
+from torchmetrics_diff.distributed import all_gather_cat, all_reduce
 from torchmetrics_diff.distributed._backend import group_size
 from torchmetrics_diff.functional import _contrastive as F
 from torchmetrics_diff.functional._global import _global_normalized, checked_together
@@ -109,7 +109,19 @@ class GlobalMeanLoss(Metric):
             self._accumulation = None
             raise
         plan, self._accumulation = self._accumulation, None
-        if plan[1] is not None and abs(plan[2] - plan[1]) > 1e-6 * max(1.0, plan[1]):
+        if plan[1] is None:
+            return
+        wrong = abs(plan[2] - plan[1]) > 1e-6 * max(1.0, plan[1])
+        if self.dist_sync_on_step and group_size(self.process_group) > 1:
+            # one flag per rank, so a mistake on one rank raises on every rank (not a hang at the next step)
+            flags = all_gather_cat(torch.tensor([float(wrong)]), self.process_group, grad="none")
+            ranks = [r for r, f in enumerate(flags.tolist()) if f]
+            if ranks and not wrong:
+                raise RuntimeError(
+                    f"{type(self).__name__}.accumulate(): on rank(s) {ranks} the calls inside the block did not "
+                    "add up to the weight their micro-batches planned"
+                )
+        if wrong:
             raise RuntimeError(
                 f"{type(self).__name__}.accumulate(): the micro-batches planned a weight of {plan[1]:g} on this "
                 f"rank but the calls inside the block brought {plan[2]:g}"
