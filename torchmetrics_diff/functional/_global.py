@@ -28,7 +28,7 @@ from torch import Tensor
 
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._autograd import scale_grad
-from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
+from torchmetrics_diff.distributed._backend import Group, all_reduce_, group_rank, group_size
 from torchmetrics_diff.distributed._collectives import fail_together
 from torchmetrics_diff.functional._contrastive import (
     Scalar,
@@ -98,6 +98,7 @@ def global_rows_loss(
     strategy: str = "sharded",
     group: Group = None,
     grad_reduction: str = "mean",
+    candidates: Sequence[int] | None = None,
 ) -> Tensor:
     """The global-batch mean loss of a row-decomposable loss, given each rank's rows.
 
@@ -110,6 +111,8 @@ def global_rows_loss(
         strategy: ``"replicated"`` or ``"sharded"`` (see :doc:`/guide/strategies`).
         group: the process group (``None``: default).
         grad_reduction: ``"mean"`` when the trainer averages gradients over ranks (DDP), ``"sum"`` otherwise.
+        candidates: with ``"sharded"``, the indices of the views whose global rows ``block`` reads (the others are
+            not gathered and arrive as ``None``); default all.
 
     Returns:
         The global loss ``Σ loss_sum / Σ count`` (``0`` when the global count is 0), identical on every rank.
@@ -129,8 +132,8 @@ def global_rows_loss(
         loss_sum, count = block(views, views, 0)
         return _safe_divide(loss_sum, count)
     rank = group_rank(group)
-    packed, trailing = _pack(views)
     if strategy == "replicated":
+        packed, trailing = _pack(views)
         # Every rank computes the whole loss, so a parameter used in it directly (a logit scale) already has
         # its full gradient on every rank, and the local slot has 1/W of its share after averaging. Scale the
         # slot by W, and under summed gradients scale the whole loss's gradient by 1/W.
@@ -139,10 +142,17 @@ def global_rows_loss(
         loss_sum, count = block(all_views, all_views, 0)
         loss = _safe_divide(loss_sum, count)
         return loss if grad_reduction == "mean" else scale_grad(loss, 1 / world)
+    needed = range(len(views)) if candidates is None else candidates
+    packed, trailing = _pack([views[i] for i in needed])
     pieces = gather_all_tensors(packed, group, grad="sync")
     row_start = sum(p.shape[0] for p in pieces[:rank])
-    loss_sum, count = block(views, _unpack(torch.cat(pieces), trailing), row_start)
-    totals = all_reduce(torch.stack([loss_sum.detach(), count.detach().to(loss_sum.dtype)]), "sum", group, grad="none")
+    all_views: list[Tensor | None] = [None] * len(views)
+    for i, gathered in zip(needed, _unpack(torch.cat(pieces), trailing)):
+        all_views[i] = gathered
+    loss_sum, count = block(views, all_views, row_start)
+    # The gather above validated dtypes across ranks, so the value's sums need no metadata round of their own.
+    totals = torch.stack([loss_sum.detach(), count.detach().to(loss_sum.dtype)])
+    all_reduce_(totals, "sum", group)
     global_count = totals[1].clamp_min(1)
     share = loss_sum * (world if grad_reduction == "mean" else 1) / global_count
     return totals[0] / global_count + (share - share.detach())
@@ -290,6 +300,7 @@ def global_siglip_loss(
         strategy=strategy,
         group=group,
         grad_reduction=grad_reduction,
+        candidates=[1],  # image rows score against every text; the images themselves are not needed globally
     )
 
 
