@@ -232,9 +232,12 @@ class _RowJob:
         device, pieces, pos = header.device, [header], header.numel()
         for t, (offset, _cap) in zip(tensors, self.slots):
             raw = _bytes_of(t)
-            pieces += [_zeros(offset - pos, device), raw]
+            if offset > pos:
+                pieces.append(_zeros(offset - pos, device))
+            pieces.append(raw)
             pos = offset + raw.numel()
-        pieces.append(_zeros(self.row_bytes - pos, device))
+        if self.row_bytes > pos:
+            pieces.append(_zeros(self.row_bytes - pos, device))
         row, table = _buffers(device, self.row_bytes, self.world, self.slot)
         torch.cat(pieces, out=row)
         all_gather_flat(table, row, self.group)
@@ -636,18 +639,27 @@ class _Sync:
                 )
             for name, piece, shape in zip(bucket.names, out.split(bucket.numels), bucket.shapes):
                 result[name] = piece.view(shape)
+        # Cat states: one concatenation per dtype for all of them (rank pieces in state-major order), then split.
+        by_dtype: dict[int, list[tuple[str, list, int]]] = {}
         for name, kind, code, dims in plan.signature:
             if kind == "cat":
                 if code == -1:  # empty on every rank
                     result[name] = []
                     continue
-                table = gathered[name]
                 width = torch.Size(dims).numel()
-                pieces = [table[r, : n * width].view(n, *dims) for r, n in enumerate(rows[name])]
-                value = torch.cat(pieces)
+                by_dtype.setdefault(code, []).append((name, dims, width))
+        for members in by_dtype.values():
+            pieces, lengths = [], []
+            for name, _dims, width in members:
+                table = gathered[name]
+                pieces += [table[r, : n * width] for r, n in enumerate(rows[name])]
+                lengths.append(sum(rows[name]) * width)
+            for (name, dims, _width), flat in zip(members, torch.cat(pieces).split(lengths)):
+                value = flat.view(-1, *dims)
                 fn = self.by_name[name].fn
                 result[name] = fn(value) if callable(fn) else value
-            elif kind == "gather":
+        for name, kind, _code, _dims in plan.signature:
+            if kind == "gather":
                 table = gathered[name]
                 pieces = [table[r, : torch.Size(s).numel()].view(s).clone() for r, s in enumerate(shapes[name])]
                 fn = self.by_name[name].fn
