@@ -120,8 +120,32 @@ class SumMetric(BaseAggregator):
         self.sum_value = self.sum_value + self._clean(value).sum()
 
 
-class MaxMetric(BaseAggregator):
+class _Extremum(BaseAggregator):
+    """Running max or min; the gradient goes to the element(s) holding it."""
+
+    _op: str  # "max" or "min"
+
+    def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
+        start = float("-inf") if self._op == "max" else float("inf")
+        super().__init__(self._op, torch.tensor(start), nan_strategy, state_name=f"{self._op}_value", **kwargs)
+
+    def update(self, value: torch.Tensor | float) -> None:
+        """Fold ``value`` (any shape) into the running extremum."""
+        value = self._clean(value)
+        current = getattr(self, self.state_name)
+        if value.numel():
+            pick, extremum = (torch.maximum, value.amax) if self._op == "max" else (torch.minimum, value.amin)
+            setattr(self, self.state_name, pick(current, extremum()))
+        elif value.requires_grad:  # an empty batch still joins the graph, so every rank can run backward
+            setattr(self, self.state_name, current + value.sum())
+
+
+class MaxMetric(_Extremum):
     """Maximum of every value seen; the gradient goes to the element(s) holding it.
+
+    Args:
+        nan_strategy: see :class:`~torchmetrics_diff.aggregation.BaseAggregator`.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
         >>> import torch
@@ -132,22 +156,15 @@ class MaxMetric(BaseAggregator):
         tensor(5.)
     """
 
-    higher_is_better = None
-
-    def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
-        super().__init__("max", torch.tensor(float("-inf")), nan_strategy, state_name="max_value", **kwargs)
-
-    def update(self, value: torch.Tensor | float) -> None:
-        """Fold ``value`` (any shape) into the running maximum."""
-        value = self._clean(value)
-        if value.numel():
-            self.max_value = torch.maximum(self.max_value, value.amax())
-        elif value.requires_grad:  # an empty batch still joins the graph, so every rank can run backward
-            self.max_value = self.max_value + value.sum()
+    _op = "max"
 
 
-class MinMetric(BaseAggregator):
+class MinMetric(_Extremum):
     """Minimum of every value seen; the gradient goes to the element(s) holding it.
+
+    Args:
+        nan_strategy: see :class:`~torchmetrics_diff.aggregation.BaseAggregator`.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
         >>> import torch
@@ -158,16 +175,7 @@ class MinMetric(BaseAggregator):
         tensor(-5.)
     """
 
-    def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
-        super().__init__("min", torch.tensor(float("inf")), nan_strategy, state_name="min_value", **kwargs)
-
-    def update(self, value: torch.Tensor | float) -> None:
-        """Fold ``value`` (any shape) into the running minimum."""
-        value = self._clean(value)
-        if value.numel():
-            self.min_value = torch.minimum(self.min_value, value.amin())
-        elif value.requires_grad:  # an empty batch still joins the graph, so every rank can run backward
-            self.min_value = self.min_value + value.sum()
+    _op = "min"
 
 
 class CatMetric(BaseAggregator):
