@@ -63,18 +63,19 @@ class BaseAggregator(Metric):
             value = value.to(self.dtype)
         return value
 
-    def _nan_mask(self, value: torch.Tensor) -> torch.Tensor | None:
+    def _nan_mask(self, value: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor | None:
         """Boolean mask of the entries to keep, or ``None`` when all are kept (no work on the hot path)."""
         if self.nan_strategy == "disable":
             return None
-        nans = torch.isnan(value)
+        nans = torch.isnan(value) if weight is None else torch.isnan(value) | torch.isnan(weight)
         if not bool(nans.any()):
             return None
+        where = "`value`" if weight is None else "`value` or `weight`"
         if self.nan_strategy == "error":
-            raise RuntimeError(f"{type(self).__name__}: encountered NaN in `value` and nan_strategy='error'")
+            raise RuntimeError(f"{type(self).__name__}: encountered NaN in {where} and nan_strategy='error'")
         if self.nan_strategy == "warn":
             warnings.warn(
-                f"{type(self).__name__}: NaN in `value` dropped (nan_strategy='warn')", UserWarning, stacklevel=4
+                f"{type(self).__name__}: NaN in {where} dropped (nan_strategy='warn')", UserWarning, stacklevel=4
             )
         return ~nans
 
@@ -84,9 +85,9 @@ class BaseAggregator(Metric):
         return value if keep is None else self._replace_or_drop(value, keep)
 
     def _replace_or_drop(self, value: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        """NaNs replaced by the ``nan_strategy`` float, or dropped."""
+        """Its NaNs replaced by the ``nan_strategy`` float, or the entries not kept dropped."""
         if isinstance(self.nan_strategy, float):
-            return torch.where(keep, value, torch.full_like(value, self.nan_strategy))
+            return torch.where(torch.isnan(value), torch.full_like(value, self.nan_strategy), value)
         return value[keep]
 
     def compute(self) -> torch.Tensor:
@@ -239,7 +240,8 @@ class MeanMetric(BaseAggregator):
             ValueError: ``weight`` cannot be broadcast to ``value``.
         """
         value = self._as_tensor(value)
-        if isinstance(weight, (int, float)) and not isinstance(weight, bool):  # the common case: no weight tensor
+        scalar = isinstance(weight, (int, float)) and not isinstance(weight, bool)
+        if scalar and weight == weight:  # the common case: a finite scalar weight, no weight tensor (NaN != NaN)
             keep = self._nan_mask(value)
             if keep is not None:
                 value = self._replace_or_drop(value, keep)
@@ -253,10 +255,10 @@ class MeanMetric(BaseAggregator):
             raise ValueError(
                 f"`weight` of shape {tuple(weight.shape)} cannot be broadcast to `value` of shape {tuple(value.shape)}"
             ) from err
-        keep = self._nan_mask(value)
+        keep = self._nan_mask(value, weight)
         if keep is not None:
-            if isinstance(self.nan_strategy, float):
-                value = self._replace_or_drop(value, keep)
+            if isinstance(self.nan_strategy, float):  # NaNs of both replaced by the float
+                value, weight = self._replace_or_drop(value, keep), self._replace_or_drop(weight, keep)
             else:
                 value, weight = value[keep], weight[keep]
         self.mean_value = self.mean_value + (value * weight).sum()

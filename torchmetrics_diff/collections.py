@@ -83,6 +83,15 @@ class MetricCollection(nn.ModuleDict):
         return out
 
     def _check_groups(self, groups: Sequence[Sequence[str]]) -> list[list[str]]:
+        if (
+            isinstance(groups, (str, bytes))
+            or not isinstance(groups, Sequence)
+            or any(
+                isinstance(g, (str, bytes)) or not isinstance(g, Sequence) or not all(isinstance(n, str) for n in g)
+                for g in groups
+            )
+        ):
+            raise ValueError(f"`compute_groups` must be a list of lists of member names; got {groups!r}")
         seen: set[str] = set()
         out = []
         for group in groups:
@@ -133,9 +142,17 @@ class MetricCollection(nn.ModuleDict):
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Update every member; keyword arguments go to the members whose ``update`` accepts them."""
-        for m in self._leaders().values():
-            m.update(*args, **_route_kwargs(m, kwargs))
-        self._share_group_states()
+        leaders = self._leaders()
+        snapshots = {name: m._snapshot() for name, m in leaders.items()}
+        try:
+            for m in leaders.values():
+                m.update(*args, **_route_kwargs(m, kwargs))
+        except BaseException:  # all or nothing: a retry must not count the batch twice in some members
+            for name, m in leaders.items():
+                m._restore(snapshots[name])
+            raise
+        finally:
+            self._share_group_states()
 
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Every member's batch value; members with ``dist_sync_on_step`` are synced in one engine call."""
@@ -151,7 +168,8 @@ class MetricCollection(nn.ModuleDict):
                 leaders[name]._abort_batch(acc)
             for group in syncing:  # the other ranks wait in these syncs: let them raise too
                 try:
-                    fail_sync(err, group, plan=self._plan("step", group), owner="MetricCollection")
+                    device = next(iter(syncing[group].values())).device
+                    fail_sync(err, group, plan=self._plan("step", group), owner="MetricCollection", device=device)
                 except Exception as announced:
                     if announced is not err:
                         raise

@@ -63,9 +63,17 @@ class CompositionalMetric(Metric):
         return self.op(a, b)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        """Update every member metric (keyword arguments routed by each member's ``update`` signature)."""
-        for m in self._members():
-            m.update(*args, **_route_kwargs(m, kwargs))
+        """Update every member metric (keyword arguments routed by each member's ``update`` signature).
+
+        All or nothing: when a member raises, the members updated before it are restored.
+        """
+        snapshot = self._snapshot()
+        try:
+            for m in self._members():
+                m.update(*args, **_route_kwargs(m, kwargs))
+        except BaseException:
+            self._restore(snapshot)
+            raise
 
     def compute(self) -> Any:
         """The operator applied to the members' computed values."""
@@ -73,11 +81,24 @@ class CompositionalMetric(Metric):
         return self._apply_op(a, b)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """The operator applied to the members' (differentiable, possibly global) batch values."""
-        a, b = (
-            m(*args, **_route_kwargs(m, kwargs)) if isinstance(m, Metric) else m for m in (self.metric_a, self.metric_b)
-        )
+        """The operator applied to the members' (differentiable, possibly global) batch values; all or nothing."""
+        snapshot = self._snapshot()
+        try:
+            a, b = (
+                m(*args, **_route_kwargs(m, kwargs)) if isinstance(m, Metric) else m
+                for m in (self.metric_a, self.metric_b)
+            )
+        except BaseException:
+            self._restore(snapshot)
+            raise
         return self._apply_op(a, b)
+
+    def _snapshot(self) -> Any:
+        return [m._snapshot() for m in self._members()]
+
+    def _restore(self, snapshot: Any) -> None:
+        for m, saved in zip(self._members(), snapshot):
+            m._restore(saved)
 
     def reset(self) -> None:
         """Reset every member."""

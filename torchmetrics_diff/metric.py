@@ -21,6 +21,7 @@ from copy import deepcopy
 from typing import Any, Callable, ClassVar
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from torchmetrics_diff.distributed._autograd import scale_grad
@@ -170,6 +171,14 @@ class Metric(nn.Module):
                 raise ValueError(f"`{name}` must be a bool; got {value!r}")
         if grad_reduction not in _GRAD_REDUCTIONS:
             raise ValueError(f"`grad_reduction` must be one of {_GRAD_REDUCTIONS}; got {grad_reduction!r}")
+        # (a rank outside a group created with new_group() holds its non-member marker: it raises when it syncs)
+        if process_group is not None and not (
+            dist.is_available()
+            and (isinstance(process_group, dist.ProcessGroup) or process_group is dist.GroupMember.NON_GROUP_MEMBER)
+        ):
+            raise ValueError(
+                f"`process_group` must be a torch.distributed ProcessGroup or None; got {type(process_group).__name__}"
+            )
         if dist_sync_fn is not None and not callable(dist_sync_fn):
             raise ValueError(f"`dist_sync_fn` must be callable or None; got {type(dist_sync_fn).__name__}")
         self.dist_sync_on_step = dist_sync_on_step
@@ -213,6 +222,11 @@ class Metric(nn.Module):
         """
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"`name` must be a valid attribute name; got {name!r}")
+        taken = hasattr(type(self), name) or any(
+            name in d for d in (self.__dict__, self._modules, self._parameters, self._buffers)
+        )
+        if taken and name not in self._defaults:
+            raise ValueError(f"`name` {name!r} is already an attribute of {type(self).__name__}; choose another")
         if not (isinstance(default, torch.Tensor) or (isinstance(default, list) and not default)):
             raise ValueError(f"`default` of state {name!r} must be a tensor or an empty list; got {default!r}")
         if not (dist_reduce_fx is None or callable(dist_reduce_fx) or dist_reduce_fx in _REDUCTION_NAMES):
@@ -251,6 +265,20 @@ class Metric(nn.Module):
         """The floating dtype of the states (changed only by :meth:`set_dtype`)."""
         return self._dtype
 
+    def _snapshot(self) -> Any:
+        """Enough to undo any update: tensor states cloned (updates may work in place), list lengths, counters."""
+        states = {n: v.clone() if isinstance(v, torch.Tensor) else (v, len(v)) for n, v in self.metric_state.items()}
+        return states, self._update_count, self._computed
+
+    def _restore(self, snapshot: Any) -> None:
+        states, self._update_count, self._computed = snapshot
+        for name, saved in states.items():
+            if isinstance(saved, tuple):  # a list state: the same list object, cut back to its old length
+                values, length = saved
+                del values[length:]
+                saved = values
+            self.__dict__[name] = saved
+
     def _set_states(self, values: dict[str, Any]) -> None:
         self.__dict__.update(values)  # states are plain attributes, never parameters, buffers or modules
 
@@ -274,18 +302,17 @@ class Metric(nn.Module):
     def _update_template(self, raw: Callable, *args: Any, **kwargs: Any) -> None:
         if self._in_lifecycle:  # inside forward, or a subclass calling super().update(): just run it
             return raw(self, *args, **kwargs)
+        # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
+        snapshot = self._snapshot()
         self._computed = None
         self._update_count += 1
-        # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
-        saved = {n: v.clone() if isinstance(v, torch.Tensor) else list(v) for n, v in self.metric_state.items()}
         try:
             with self._lifecycle(), torch.no_grad():  # accumulated states never hold a graph (nor a view of one)
                 raw(self, *_detach(args), **_detach(kwargs))
         except BaseException:
-            self._set_states(saved)
-            self._update_count -= 1
+            self._restore(snapshot)
             raise
-        for name, before in saved.items():  # a float64 input must not promote a float32 accumulator
+        for name, before in snapshot[0].items():  # a float64 input must not promote a float32 accumulator
             after = getattr(self, name)
             if _promoted(before, after):
                 setattr(self, name, after.to(before.dtype))

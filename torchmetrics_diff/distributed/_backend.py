@@ -56,8 +56,25 @@ def is_distributed() -> bool:
 
 
 def group_size(group: Group = None) -> int:
-    """Number of ranks in ``group``; 1 when not running distributed."""
-    return dist.get_world_size(group) if is_distributed() else 1
+    """Number of ranks in ``group``; 1 when not running distributed.
+
+    Raises:
+        ValueError: when this process is not a member of ``group`` (its size is unknown here, and a metric
+            that went on with its local value would silently disagree with the group).
+    """
+    if not is_distributed():
+        return 1
+    size = dist.get_world_size(group)
+    if size < 0:
+        group_rank(group)  # raises, naming the group's members
+    return size
+
+
+def default_device(group: Group = None) -> torch.device:
+    """Where a collective's buffers must live when no tensor says: the current GPU for NCCL, else the CPU."""
+    if is_distributed() and dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def group_rank(group: Group = None) -> int:

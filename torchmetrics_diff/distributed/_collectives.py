@@ -18,6 +18,7 @@ from torchmetrics_diff.distributed._autograd import _AllGatherFlat, _AllReduce
 from torchmetrics_diff.distributed._backend import (
     Group,
     all_gather_flat,
+    default_device,
     dtype_code,
     dtype_from_code,
     group_rank,
@@ -42,9 +43,10 @@ class _Peer(NamedTuple):
 
 
 _FAILED = -2  # ndim code of a rank that hit an error before the collective
+_NO_OP = object()  # the `op` of a gather (``None`` is a user's bad op for all_reduce)
 
 
-def _local_problem(fn: str, tensor: object, grad: str, op: str | None) -> Exception | None:
+def _local_problem(fn: str, tensor: object, grad: str, op: object) -> Exception | None:
     """What is wrong with this rank's arguments, found *before* any collective but raised after the exchange.
 
     Raising at once would leave the other ranks waiting in the collective; carrying the problem in the header
@@ -54,7 +56,7 @@ def _local_problem(fn: str, tensor: object, grad: str, op: str | None) -> Except
         return TypeError(f"{fn}: `tensor` must be a torch.Tensor; got {type(tensor).__name__}")
     if grad not in GRAD_MODES:
         return ValueError(f"{fn}: `grad` must be one of {GRAD_MODES}; got {grad!r}")
-    if op is not None and op not in REDUCE_OPS:
+    if op is not _NO_OP and op not in REDUCE_OPS:
         return ValueError(f"{fn}: `op` must be one of {REDUCE_OPS}; got {op!r}")
     try:
         dtype_code(tensor.dtype)
@@ -82,7 +84,7 @@ def _exchange_metadata(
     group: Group,
     world: int,
     grad: str,
-    op: str | None = None,
+    op: object = _NO_OP,
     problem: Exception | None = None,
 ) -> list[_Peer]:
     """All-gather every rank's metadata in one fixed-size int64 collective; validate it identically everywhere.
@@ -91,14 +93,14 @@ def _exchange_metadata(
     others raise a ``RuntimeError`` naming it. Disagreements raise the same ``RuntimeError`` on every rank.
     """
     header = torch.full((_FIXED + _MAX_NDIM,), -1, dtype=torch.int64)
-    device = tensor.device if isinstance(tensor, torch.Tensor) else torch.device("cpu")
+    device = tensor.device if isinstance(tensor, torch.Tensor) else default_device(group)
     if problem is None:
         header[:_FIXED] = torch.tensor(
             [
                 tensor.ndim,
                 dtype_code(tensor.dtype),
                 int(_wants_grad(tensor, grad)),
-                REDUCE_OPS.index(op) if op is not None else -1,
+                REDUCE_OPS.index(op) if op in REDUCE_OPS else -1,
                 GRAD_MODES.index(grad),
             ]
         )
@@ -137,17 +139,19 @@ def _check_agree(fn: str, peers: list[_Peer], labels: list[str], what: str, key:
         raise RuntimeError(f"{fn}: ranks disagree on {what} ({listing})")
 
 
-def fail_together(error: Exception, group: Group = None) -> None:
+def fail_together(error: Exception, group: Group = None, device: torch.device | None = None) -> None:
     """Raise ``error`` here, and a ``RuntimeError`` on every other rank waiting in a collective of this module.
 
     Call it on a rank that found a problem (bad input, say) where the other ranks are about to call
     :func:`gather_all_tensors`, :func:`all_gather_cat` or :func:`all_reduce`: it takes part in their metadata
     exchange with a failure marker, so no rank is left waiting. Without a process group it just raises.
+    ``device``: where the peers' buffers live (default: the backend's, the current GPU for NCCL).
     """
     world = group_size(group)
     if world == 1:
         raise error
-    _exchange_metadata("fail_together", None, group, world, "none", problem=error)
+    marker = torch.empty(0, device=device) if device is not None else None
+    _exchange_metadata("fail_together", marker, group, world, "none", problem=error)
 
 
 def _gather_slots(tensor: torch.Tensor, peers: list[_Peer], group: Group, rank: int, grad: str) -> list[torch.Tensor]:
@@ -204,7 +208,7 @@ def gather_all_tensors(tensor: torch.Tensor, group: Group = None, *, grad: str =
         [tensor([1., 2.])]
     """
     world, rank = group_size(group), group_rank(group)
-    problem = _local_problem("gather_all_tensors", tensor, grad, None)
+    problem = _local_problem("gather_all_tensors", tensor, grad, _NO_OP)
     if world == 1:
         if problem is not None:
             raise problem
@@ -237,7 +241,7 @@ def all_gather_cat(tensor: torch.Tensor, group: Group = None, *, grad: str = "lo
         torch.Size([2, 3])
     """
     world, rank = group_size(group), group_rank(group)
-    problem = _local_problem("all_gather_cat", tensor, grad, None)
+    problem = _local_problem("all_gather_cat", tensor, grad, _NO_OP)
     if problem is None and tensor.ndim == 0:
         tensor = tensor.reshape(1)
     if world == 1:
@@ -250,6 +254,8 @@ def all_gather_cat(tensor: torch.Tensor, group: Group = None, *, grad: str = "lo
 
 
 def _check_op_dtype(op: str, dtype: torch.dtype) -> None:
+    if op in ("min", "max") and dtype.is_complex:
+        raise ValueError(f"all_reduce: op={op!r} is not defined for complex `tensor` (dtype {dtype})")
     if op == "mean" and not (dtype.is_floating_point or dtype.is_complex):
         raise ValueError(f"all_reduce: op='mean' needs a floating-point `tensor`; got dtype {dtype}")
     if op in ("sum", "mean") and dtype == torch.bool:

@@ -39,6 +39,7 @@ from torchmetrics_diff.distributed._backend import (
     CollectiveError,
     Group,
     all_gather_flat,
+    default_device,
     dtype_code,
     dtype_from_code,
     group_rank,
@@ -467,7 +468,7 @@ def fail_sync(
     if world == 1:
         raise problem
     plan = plan if plan is not None else SyncPlan()
-    _Sync([], plan, group, group_rank(group), world, owner, device or torch.device("cpu")).fail(problem)
+    _Sync([], plan, group, group_rank(group), world, owner, device or default_device(group)).fail(problem)
 
 
 def _single(value: State, fn: Reduction, grad: str) -> Any:

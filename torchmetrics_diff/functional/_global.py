@@ -56,18 +56,19 @@ Block = Callable[[Sequence[Tensor], Sequence[Tensor], int], "tuple[Tensor, Tenso
 
 
 @contextmanager
-def checked_together(group: Group) -> Iterator[None]:
+def checked_together(group: Group, like: object = None) -> Iterator[None]:
     """Validate inputs so that a bad input on one rank raises on every rank instead of hanging the others.
 
     The block must run just before this module's first collective: a rank whose checks raise takes part in that
-    collective's metadata exchange with a failure marker (see :func:`fail_together`).
+    collective's metadata exchange with a failure marker (see :func:`fail_together`), on the device of ``like``
+    (the input the peers communicate from; the backend's default device when it is not a tensor).
     """
     try:
         yield
-    except (ValueError, TypeError) as err:
+    except Exception as err:
         if group_size(group) == 1:
             raise
-        fail_together(err, group)
+        fail_together(err, group, device=like.device if isinstance(like, Tensor) else None)
 
 
 def _check_options(strategy: str, grad_reduction: str) -> None:
@@ -84,6 +85,17 @@ def _pack(views: Sequence[Tensor]) -> tuple[Tensor, list[tuple[int, ...]]]:
         dtype = torch.promote_types(dtype, v.dtype)
     flat = [v.to(dtype).reshape(v.shape[0], int(torch.Size(v.shape[1:]).numel())) for v in views]
     return torch.cat(flat, dim=1), [tuple(v.shape[1:]) for v in views]
+
+
+def _same_width(pieces: list[Tensor]) -> list[Tensor]:
+    """Every rank's rows must have the same trailing shape (the same embedding width); raise on every rank."""
+    widths = [tuple(p.shape[1:]) for p in pieces]
+    if any(w != widths[0] for w in widths):
+        listing = ", ".join(f"rank {r}: {w}" for r, w in enumerate(widths))
+        raise RuntimeError(
+            f"global loss: ranks disagree on the width of their embeddings, packed side by side ({listing})"
+        )
+    return pieces
 
 
 def _unpack(packed: Tensor, trailing: list[tuple[int, ...]]) -> list[Tensor]:
@@ -125,7 +137,7 @@ def global_rows_loss(
         >>> global_rows_loss([img, txt], block)  # one process: the plain loss
         tensor(0.5514)
     """
-    with checked_together(group):
+    with checked_together(group, views[0] if len(views) else None):
         _check_options(strategy, grad_reduction)
     world = group_size(group)
     if world == 1:
@@ -137,14 +149,14 @@ def global_rows_loss(
         # Every rank computes the whole loss, so a parameter used in it directly (a logit scale) already has
         # its full gradient on every rank, and the local slot has 1/W of its share after averaging. Scale the
         # slot by W, and under summed gradients scale the whole loss's gradient by 1/W.
-        every = torch.cat(gather_all_tensors(scale_grad(packed, world), group, grad="local"))
+        every = torch.cat(_same_width(gather_all_tensors(scale_grad(packed, world), group, grad="local")))
         all_views = _unpack(every, trailing)
         loss_sum, count = block(all_views, all_views, 0)
         loss = _safe_divide(loss_sum, count)
         return loss if grad_reduction == "mean" else scale_grad(loss, 1 / world)
     needed = range(len(views)) if candidates is None else candidates
     packed, trailing = _pack([views[i] for i in needed])
-    pieces = gather_all_tensors(packed, group, grad="sync")
+    pieces = _same_width(gather_all_tensors(packed, group, grad="sync"))
     row_start = sum(p.shape[0] for p in pieces[:rank])
     all_views: list[Tensor | None] = [None] * len(views)
     for i, gathered in zip(needed, _unpack(torch.cat(pieces), trailing)):
@@ -182,7 +194,7 @@ def global_clip_loss(
         >>> global_clip_loss(torch.eye(2), torch.eye(2), 1.0)
         tensor(0.3133)
     """
-    with checked_together(group):
+    with checked_together(group, image_embeds):
         _check_float_tensor("image_embeds", image_embeds, 2, "(B, D)")
         _check_same_shape("text_embeds", text_embeds, "image_embeds", image_embeds)
         _check_scalar("logit_scale", logit_scale)
@@ -212,7 +224,7 @@ def global_info_nce_loss(
         >>> global_info_nce_loss(z, z, temperature=0.5)
         tensor(0.2395)
     """
-    with checked_together(group):
+    with checked_together(group, z1):
         _check_float_tensor("z1", z1, 2, "(B, D)")
         _check_same_shape("z2", z2, "z1", z1)
         _check_scalar("temperature", temperature, positive=True)
@@ -250,19 +262,26 @@ def global_supcon_loss(
         >>> global_supcon_loss(feats, torch.tensor([0, 0, 1]), temperature=1.0)
         tensor(0.4846)
     """
-    with checked_together(group):
+    with checked_together(group, features):
         _check_float_tensor("features", features, (2, 3), "(B, D) or (B, V, D)")
         _check_scalar("temperature", temperature, positive=True)
-        unique = labels is None
-        if unique:
-            labels = torch.zeros(0, dtype=torch.int64, device=features.device)
-        else:
+        if labels is not None:
             _check_labels("labels", labels, features.shape[0])
-    labels_all = None if unique else all_gather_cat(labels.reshape(-1), group, grad="none")
-    if unique and group_size(group) > 1:
-        # every sample its own class: global indices, which need the global row count
-        sizes = [t.shape[0] for t in gather_all_tensors(labels.new_zeros(features.shape[0]), group, grad="none")]
-        labels_all = torch.arange(sum(sizes), device=features.device)
+    labels_all = labels  # one process: the local labels (None: every sample its own class)
+    if group_size(group) > 1:
+        # (label, given) per row in one collective: every rank learns whether all of them passed labels
+        given = labels is not None
+        rows = torch.zeros(features.shape[0], 2, dtype=torch.int64, device=features.device)
+        if given:
+            rows[:, 0] = labels.reshape(-1)
+        rows[:, 1] = int(given)
+        every = all_gather_cat(rows, group, grad="none")
+        flags = every[:, 1]
+        if flags.numel() and bool((flags != flags[0]).any()):
+            raise RuntimeError("global_supcon_loss: `labels` must be given on every rank or on none")
+        labels_all = (
+            every[:, 0] if flags.numel() and bool(flags[0]) else torch.arange(every.shape[0], device=features.device)
+        )
     return global_rows_loss(
         [features],
         lambda loc, every, start: supcon_block(loc[0], every[0], labels_all, temperature, start),
@@ -289,7 +308,7 @@ def global_siglip_loss(
         >>> global_siglip_loss(torch.eye(2), torch.eye(2), 10.0, -5.0)
         tensor(0.0134)
     """
-    with checked_together(group):
+    with checked_together(group, image_embeds):
         _check_float_tensor("image_embeds", image_embeds, 2, "(B, D)")
         _check_same_shape("text_embeds", text_embeds, "image_embeds", image_embeds)
         _check_scalar("logit_scale", logit_scale)
@@ -325,7 +344,7 @@ def global_barlow_twins_loss(
         >>> torch.allclose(global_barlow_twins_loss(za, zb), barlow_twins_loss(za, zb))
         True
     """
-    with checked_together(group):
+    with checked_together(group, za):
         _check_options("sharded", grad_reduction)
         stats = barlow_twins_stats(za, zb)
     world = group_size(group)
@@ -379,7 +398,7 @@ def global_weighted_mean(
         >>> global_weighted_mean(torch.tensor([1.0, 2.0, 9.0]), mask=torch.tensor([True, True, False]))
         tensor(1.5000)
     """
-    with checked_together(group):
+    with checked_together(group, values):
         loss_sum, count = weighted_mean_block(values, weight, mask)
     return _global_normalized(loss_sum, count, total, group, grad_reduction)
 
@@ -411,6 +430,6 @@ def global_token_cross_entropy(
         >>> global_token_cross_entropy(logits, torch.tensor([[0, 1, -100]]))  # log(4)
         tensor(1.3863)
     """
-    with checked_together(group):
+    with checked_together(group, logits):
         loss_sum, count = token_cross_entropy_block(logits, target, ignore_index, label_smoothing)
     return _global_normalized(loss_sum, count, total, group, grad_reduction)

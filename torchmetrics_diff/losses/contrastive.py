@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from torch import Tensor
@@ -166,6 +167,9 @@ class BarlowTwinsLoss(GlobalBatchLoss):
 
     def __init__(self, lambda_offdiag: float = 5e-3, eps: float = 1e-5, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        for name, value in (("lambda_offdiag", lambda_offdiag), ("eps", eps)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"`{name}` must be a finite number >= 0; got {value!r}")
         self.lambda_offdiag, self.eps = float(lambda_offdiag), float(eps)
 
     def _loss(self, za: Tensor, zb: Tensor, *, sync: bool) -> Tensor:

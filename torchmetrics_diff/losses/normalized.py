@@ -130,22 +130,24 @@ class GlobalMeanLoss(Metric):
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
         """This call's loss (its share of the step's loss inside :meth:`accumulate`), differentiable."""
         if self.dist_sync_on_step:  # a bad input on one rank raises on every rank
-            with checked_together(self.process_group):
+            with checked_together(self.process_group, args[0] if args else None):
                 loss_sum, count = self._block(*args, **kwargs)
         else:
             loss_sum, count = self._block(*args, **kwargs)
+        total = None if self._accumulation is None else self._accumulation[0]
+        if self.dist_sync_on_step:
+            value = _global_normalized(loss_sum, count, total, self.process_group, self.grad_reduction)
+        else:
+            denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype)
+            value = F._safe_divide(loss_sum, denominator)
+        # only now, when every rank has the value: a call that failed on a peer leaves no trace here
         self._computed = None
         self._update_count += 1
         self.loss_sum = self.loss_sum + loss_sum.detach().to(torch.float64)
         self.weight = self.weight + count.detach().to(torch.float64)
-        total = None
         if self._accumulation is not None:
-            total = self._accumulation[0]
             self._accumulation[2] += float(count)
-        if not self.dist_sync_on_step:
-            denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype)
-            return F._safe_divide(loss_sum, denominator)
-        return _global_normalized(loss_sum, count, total, self.process_group, self.grad_reduction)
+        return value
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Accumulate the weighted sum and weight of a batch (no gradient)."""

@@ -1,0 +1,197 @@
+"""States, sync buffers and results stay on the state's device — the checks that run on a CPU-only machine.
+
+``tests/unittests/test_cuda.py`` repeats the single-process ones on ``cuda:0`` where a GPU exists. Here the
+``meta`` device stands in for "another device than the CPU" in one process (tensors without data: every value
+check is replaced by a device check), and a two-rank gloo run records the device of every communication buffer.
+A metric cannot come back from ``meta`` with ``.to("cpu")`` (there is no data to copy: torch says to use
+``to_empty``), so that direction is only checked on CUDA.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from tests.unittests._harness import run_distributed
+from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
+from torchmetrics_diff import collections as collections_module
+from torchmetrics_diff import metric as metric_module
+from torchmetrics_diff.distributed import _collectives, _sync, all_gather_cat, all_reduce, gather_all_tensors
+from torchmetrics_diff.distributed._sync import sync_states
+from torchmetrics_diff.functional import _global
+from torchmetrics_diff.losses import CLIPLoss, GlobalMeanLoss, InfoNCELoss
+
+pytestmark = pytest.mark.timeout(120)
+
+META = torch.device("meta")
+
+
+def _devices(value: Any) -> set[torch.device]:
+    if isinstance(value, torch.Tensor):
+        return {value.device}
+    if isinstance(value, (list, tuple)):
+        return set().union(*map(_devices, value)) if value else set()
+    if isinstance(value, dict):
+        return _devices(list(value.values()))
+    return set()
+
+
+@pytest.mark.parametrize("cls", [SumMetric, MeanMetric, CatMetric])
+def test_states_follow_the_metric_to_another_device(cls: type) -> None:
+    """``nan_strategy="disable"``: the NaN check reads a value (``.any()``), which a meta tensor does not have."""
+    metric = cls(nan_strategy="disable").to("meta")
+    assert metric.device == META
+    assert _devices(metric.metric_state) <= {META}
+    x = torch.ones(3, device=META)
+    metric.update(x)
+    metric.update(2.0)  # a Python number is made a tensor on the metric's device
+    assert _devices(metric.metric_state) == {META}, metric.metric_state
+    assert metric(x).device == META
+    assert metric.compute().device == META
+    assert _devices(metric.metric_state) == {META}
+    metric.set_dtype(torch.float64)
+    assert _devices(metric.metric_state) <= {META} and metric.compute().device == META
+    metric.reset()
+    assert _devices(metric.metric_state) <= {META}
+    assert _devices(metric._defaults) <= {META}
+
+
+def test_collection_follows_to_another_device() -> None:
+    coll = MetricCollection([SumMetric(nan_strategy="disable"), CatMetric(nan_strategy="disable")]).to("meta")
+    coll.update(torch.ones(2, device=META))
+    assert all(m.device == META for m in coll.values())
+    assert _devices(coll.compute()) == {META}
+
+
+def test_world_size_1_keeps_the_device() -> None:
+    """Without a process group nothing is communicated and nothing is moved, whatever ``device`` says."""
+    states = {"total": torch.ones(2, device=META), "rows": [torch.ones(2, 3, device=META)]}
+    synced = sync_states(states, {"total": "sum", "rows": "cat"}, device=META)
+    assert _devices(synced) == {META}
+    x = torch.ones(2, 3, device=META)
+    assert _devices(gather_all_tensors(x)) == {META}
+    assert all_gather_cat(x).device == META
+    assert all_reduce(x, "max").device == META
+
+
+def test_losses_keep_the_device() -> None:
+    x = torch.ones(4, 3, device=META)
+    assert CLIPLoss().to("meta")(x, x, 1.0).device == META
+    assert InfoNCELoss().to("meta")(x, x).device == META
+    assert GlobalMeanLoss().to("meta")(torch.ones(5, device=META)).device == META
+
+
+# ------------------------------------------------------------------------------------ two ranks: the buffers
+
+
+def _buffers_body(rank: int, world: int) -> dict[str, Any]:
+    seen: list[tuple[str, str]] = []
+    original = _sync.all_gather_flat
+
+    def recording(out: torch.Tensor, inp: torch.Tensor, group: Any = None) -> None:
+        seen.append((str(out.device), str(inp.device)))
+        original(out, inp, group)
+
+    _sync.all_gather_flat = recording
+    try:
+        states = {"total": torch.ones(3, dtype=torch.float64), "rows": [torch.ones(rank + 1, 2)]}
+        cpu = torch.device("cpu")
+        synced = sync_states(states, {"total": "sum", "rows": "cat"}, device=cpu)
+        metric = MeanMetric(dist_sync_on_step=True)
+        value = metric(torch.ones(2))
+        metric.update(torch.ones(3))
+        computed = metric.compute()
+    finally:
+        _sync.all_gather_flat = original
+    return {
+        "buffers": seen,
+        "results": sorted(str(d) for d in _devices(synced) | _devices([value, computed])),
+        "states": sorted(str(d) for d in _devices(metric.metric_state)),
+        "rows": tuple(synced["rows"].shape),
+        "cached": sorted({str(k[0]) for k in _sync._BUFFERS}),
+    }
+
+
+def test_sync_buffers_and_results_on_the_given_device() -> None:
+    results = run_distributed(_buffers_body, 2, timeout=60)
+    for rank, res in enumerate(results):
+        assert res["buffers"], f"rank {rank}: no gather recorded"
+        assert {d for pair in res["buffers"] for d in pair} == {"cpu"}, res["buffers"]
+        assert res["results"] == ["cpu"] and res["states"] == ["cpu"] and res["cached"] == ["cpu"], res
+        assert res["rows"] == (3, 2), res["rows"]
+
+
+# ------------------------------------------- the failure marker travels on the device its peers communicate on
+
+
+class _Sentinel(Exception):
+    """Stops a call at its first collective (which the fake below has recorded)."""
+
+
+class _Picky(Metric):
+    """A sum that refuses 2-D input: the "bad rank" of the cases below."""
+
+    full_state_update = False
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_state("total", torch.tensor(0.0), dist_reduce_fx="sum")
+
+    def update(self, x: torch.Tensor) -> None:
+        if x.ndim != 1:
+            raise ValueError(f"_Picky: `x` must be 1-D; got shape {tuple(x.shape)}")
+        self.total = self.total + x.sum()
+
+    def compute(self) -> torch.Tensor:
+        return self.total
+
+
+def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
+    """The device of the buffer ``call`` sends in its first collective, as rank 0 of a pretend world of 2."""
+    seen: list[str] = []
+
+    def fake_gather(out: torch.Tensor, inp: torch.Tensor, group: Any = None) -> None:
+        seen.append(str(inp.device))
+        raise _Sentinel
+
+    for module in (metric_module, collections_module, _sync, _collectives, _global):
+        if hasattr(module, "group_size"):
+            monkeypatch.setattr(module, "group_size", lambda group=None: 2)
+        if hasattr(module, "group_rank"):
+            monkeypatch.setattr(module, "group_rank", lambda group=None: 0)
+        if hasattr(module, "all_gather_flat"):
+            monkeypatch.setattr(module, "all_gather_flat", fake_gather)
+    with pytest.raises(_Sentinel):
+        call()
+    return seen[0]
+
+
+def _clip(bad: bool) -> Any:
+    x = torch.ones(4, 3, device=META)
+    return lambda: CLIPLoss()(x, x[:2] if bad else x, 1.0)
+
+
+def _metric(bad: bool) -> Any:
+    metric = _Picky(dist_sync_on_step=True).to("meta")
+    return lambda: metric(torch.ones(2, 2, device=META) if bad else torch.ones(2, device=META))
+
+
+def _collection(bad: bool) -> Any:
+    coll = MetricCollection({"picky": _Picky(dist_sync_on_step=True)}).to("meta")
+    return lambda: coll(torch.ones(2, 2, device=META) if bad else torch.ones(2, device=META))
+
+
+@pytest.mark.parametrize("make", [_metric, _clip, _collection], ids=["Metric.forward", "CLIPLoss", "MetricCollection"])
+def test_failure_marker_uses_the_device_of_the_collective_it_joins(monkeypatch: pytest.MonkeyPatch, make: Any) -> None:
+    """A rank with a bad input joins its peers' collective with a failure marker. The peers send their buffer
+    on the inputs' / metric's device, so the marker must go on that device too: under NCCL a CPU marker cannot
+    be sent at all (the bad rank then raises a collective error and the peers wait until the timeout).
+
+    No GPU needed: ``meta`` stands in for the accelerator, ``group_size``/``group_rank`` pretend a world of two,
+    and a fake gather records the device of the first buffer sent."""
+    good = _first_collective_device(monkeypatch, make(bad=False))
+    bad = _first_collective_device(monkeypatch, make(bad=True))
+    assert good == "meta", f"the good rank sent its buffer on {good}"
+    assert bad == good, f"the bad rank's failure marker went on {bad}, the peers' buffer on {good}"
