@@ -5,7 +5,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo docs bench lint clean venv
+.PHONY: test test-slow demo docs bench lint clean venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,11 @@ $(STAMP): pyproject.toml | $(PY)
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests torchmetrics_diff
+	$(PY) -m pytest -q -m "not slow" tests torchmetrics_diff
+
+# the property-based soak run (large hypothesis budgets; about 15 minutes here)
+test-slow: $(STAMP)
+	HYPOTHESIS_PROFILE=slow $(PY) -m pytest -q -m slow tests/unittests/property
 
 demo: $(STAMP)
 	$(VENV)/bin/torchrun --standalone --nproc-per-node=2 examples/train_clip_ddp.py $(ARGS)

@@ -435,7 +435,7 @@ class Metric(nn.Module):
             elif fx == "min":
                 out[name] = torch.minimum(a, b)
             elif fx == "cat":
-                out[name] = torch.cat([a.reshape(-1, *a.shape[1:]), b.reshape(-1, *b.shape[1:])])
+                out[name] = torch.cat([a.reshape(1) if a.ndim == 0 else a, b.reshape(1) if b.ndim == 0 else b])
             elif callable(fx):
                 out[name] = fx(torch.stack([a, b]))
             else:

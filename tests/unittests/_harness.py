@@ -236,9 +236,7 @@ def shutdown_pools() -> None:
 atexit.register(shutdown_pools)
 
 
-def run_distributed(
-    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 60.0, **kwargs: Any
-) -> list:
+def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 60.0, **kwargs: Any) -> list:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` gloo ranks; return values by rank.
 
     Each rank runs in a worker process whose default process group (gloo, 127.0.0.1) is already

@@ -58,7 +58,8 @@ _FAILED = -1  # the signature hash of a rank that raised before syncing (see :fu
 
 
 def _align(n: int) -> int:
-    return (n + 7) // 8 * 8
+    """Pieces start at multiples of 16 bytes: every dtype (complex128 included) can be viewed in place."""
+    return (n + 15) // 16 * 16
 
 
 def _reduce_by_all_reduce(payload_bytes: int, world: int) -> bool:
@@ -88,7 +89,7 @@ class _Entry:
     def signature(self) -> list:
         """The part of the metadata every rank must agree on (never row counts or gathered shapes)."""
         if self.tensor is None:
-            return [self.name, self.kind, -1, None]
+            return [self.name, self.kind, -1, None, self.tag()]
         t = self.tensor
         if self.kind == "cat":
             dims: Any = list(t.shape[1:])
@@ -96,7 +97,14 @@ class _Entry:
             dims = t.ndim
         else:
             dims = list(t.shape)
-        return [self.name, self.kind, dtype_code(t.dtype), dims]
+        return [self.name, self.kind, dtype_code(t.dtype), dims, self.tag()]
+
+    def tag(self) -> str:
+        """The reduction as text, so that ranks with different callables (or None vs a callable) disagree."""
+        fn = self.fn
+        if fn is None or isinstance(fn, str):
+            return str(fn)
+        return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
 
     def key(self) -> tuple:
         """A cheap local stand-in for :meth:`signature`, to find its cached hash."""
@@ -161,7 +169,7 @@ class SyncPlan:
         # bytes per row of every cat state whose dtype is known
         self._cat = {
             n: torch.Size(d).numel() * dtype_from_code(c).itemsize
-            for n, k, c, d in self.signature
+            for n, k, c, d, *_ in self.signature
             if k == "cat" and c != -1
         }
 
@@ -243,7 +251,10 @@ class _RowJob:
         torch.cat(pieces, out=row)
         all_gather_flat(table, row, self.group)
         self.table = table.view(self.world, self.row_bytes)
-        return tuple(self.table[:, off : off + cap].view(t.dtype) for t, (off, cap) in zip(tensors, self.slots))
+        return tuple(
+            self.table[:, off : off + cap].view(t.dtype) if cap else t.new_empty((self.world, 0))
+            for t, (off, cap) in zip(tensors, self.slots)
+        )
 
 
 # Reused send/receive buffers, one pair per device: a sync allocates nothing on its hot path. Safe because every
@@ -300,7 +311,7 @@ def _gather_rows(
     for cap in caps:
         slots.append((offset, cap))
         offset += _align(cap)
-    job = _RowJob(group, rank, world, max(offset, min_row), slots, slot)
+    job = _RowJob(group, rank, world, max(offset, min_row, 16), slots, slot)  # never a zero-byte collective
     if any(t.requires_grad for t in tensors):
         outs = _GatherRows.apply(job, header, *tensors)
     else:
@@ -329,8 +340,9 @@ def _check_agreement(owner: str, metas: list[list], world: int) -> list:
     resolved = []
     for i, name in enumerate(names[0]):
         column = [m[i] for m in metas]
-        for what, idx, show in (("reduction", 1, str), ("dtype", 2, lambda c: str(dtype_from_code(c)))):
-            known = [(r, c[idx]) for r, c in enumerate(column) if c[2] != -1 or idx == 1]
+        checks = (("reduction", 1, str), ("reduction", 4, str), ("dtype", 2, lambda c: str(dtype_from_code(c))))
+        for what, idx, show in checks:
+            known = [(r, c[idx]) for r, c in enumerate(column) if c[2] != -1 or idx in (1, 4)]
             if any(v != known[0][1] for _, v in known):
                 listing = ", ".join(f"rank {r}: {show(v)}" for r, v in known)
                 raise RuntimeError(f"{owner}: cannot sync state {name!r}: ranks disagree on {what} ({listing})")
@@ -352,9 +364,9 @@ def _show_dims(dims: Any, kind: str) -> str:
 
 def _make_plan(signature: list, world: int, capacity: dict[str, int]) -> SyncPlan:
     """The layout of the next round A, from data identical on every rank."""
-    n_var = sum(1 if kind == "cat" else dims if kind == "gather" else 0 for _, kind, _, dims in signature)
+    n_var = sum(1 if kind == "cat" else dims if kind == "gather" else 0 for _, kind, _, dims, *_ in signature)
     buckets: dict[tuple, _Bucket] = {}
-    for name, kind, code, dims in signature:
+    for name, kind, code, dims, *_ in signature:
         if kind in _OPS:
             bucket = buckets.setdefault((kind, code), _Bucket(kind, dtype_from_code(code), [], []))
             bucket.names.append(name)
@@ -423,19 +435,15 @@ def sync_states(
         >>> sync_states({"total": torch.tensor(3.0)}, {"total": "sum"})  # one process: unchanged
         {'total': tensor(3.)}
     """
-    if grad not in ("none", "local"):
-        raise ValueError(f"sync_states: `grad` must be 'none' or 'local'; got {grad!r}")
-    for name, fn in reductions.items():
-        if not (fn is None or callable(fn) or fn in REDUCTIONS):
-            raise ValueError(
-                f"sync_states: reduction of state {name!r} must be one of {REDUCTIONS}, a callable or None; got {fn!r}"
-            )
     world = group_size(group)
     if world == 1:
-        return {k: _single(v, reductions[k], grad) for k, v in states.items()}
+        _check_arguments(states, reductions, grad)
+        scaled = {k: _scaled(v, grad_scale) for k, v in states.items()} if grad == "local" else states
+        return {k: _single(v, reductions[k], grad) for k, v in scaled.items()}
     rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
-    try:  # concatenating list states or reading dtypes can fail on one rank: the others must not wait
+    try:  # a bad argument, a failed concatenation, an unknown dtype on one rank: the others must not wait
+        _check_arguments(states, reductions, grad)
         entries = _entries(states, reductions)
         local_hash, local_sig = _local_signature(entries, plan)
     except Exception as err:
@@ -449,6 +457,28 @@ def sync_states(
             e.tensor = scale_grad(e.tensor, grad_scale) if track else e.tensor.detach()
     with torch.enable_grad() if track else torch.no_grad():
         return _Sync(entries, plan, group, rank, world, owner, device).run(local_hash, local_sig)
+
+
+def _check_arguments(states: dict[str, State], reductions: dict[str, Reduction], grad: str) -> None:
+    if grad not in ("none", "local"):
+        raise ValueError(f"sync_states: `grad` must be 'none' or 'local'; got {grad!r}")
+    for name, fn in reductions.items():
+        if not (fn is None or callable(fn) or fn in REDUCTIONS):
+            raise ValueError(
+                f"sync_states: reduction of state {name!r} must be one of {REDUCTIONS}, a callable or None; got {fn!r}"
+            )
+        value = states.get(name)
+        dtype = value.dtype if isinstance(value, torch.Tensor) else None
+        if fn == "mean" and dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
+            raise ValueError(f"sync_states: state {name!r} has dist_reduce_fx='mean' but dtype {dtype}; use a float")
+        if fn in ("sum", "mean") and dtype == torch.bool:
+            raise ValueError(f"sync_states: state {name!r} is bool with dist_reduce_fx={fn!r}; use 'max' or 'min'")
+
+
+def _scaled(value: State, scale: float) -> State:
+    if isinstance(value, list):
+        return [scale_grad(v, scale) for v in value]
+    return scale_grad(value, scale)
 
 
 def fail_sync(
@@ -598,7 +628,7 @@ class _Sync:
         rows: dict[str, list[int]] = {}
         shapes: dict[str, list[tuple[int, ...]]] = {}
         cursor = 0
-        for name, kind, _code, dims in plan.signature:
+        for name, kind, _code, dims, *_ in plan.signature:
             if kind == "cat":
                 rows[name] = [s[cursor] for s in sizes]
                 cursor += 1
@@ -611,7 +641,7 @@ class _Sync:
         for bucket in plan.buckets:
             if bucket.names[0] not in gathered:
                 late.append((bucket.names[0], self._flat(bucket), bucket.nbytes))
-        for name, kind, code, _dims in plan.signature:
+        for name, kind, code, _dims, *_ in plan.signature:
             dtype = dtype_from_code(code) if code != -1 else None
             if kind == "cat" and dtype is not None and (name not in gathered or max(rows[name]) > plan.capacity[name]):
                 t = self.by_name[name].tensor
@@ -642,7 +672,7 @@ class _Sync:
                 result[name] = piece.view(shape)
         # Cat states: one concatenation per dtype for all of them (rank pieces in state-major order), then split.
         by_dtype: dict[int, list[tuple[str, list, int]]] = {}
-        for name, kind, code, dims in plan.signature:
+        for name, kind, code, dims, *_ in plan.signature:
             if kind == "cat":
                 if code == -1:  # empty on every rank
                     result[name] = []
@@ -656,10 +686,10 @@ class _Sync:
                 pieces += [table[r, : n * width] for r, n in enumerate(rows[name])]
                 lengths.append(sum(rows[name]) * width)
             for (name, dims, _width), flat in zip(members, torch.cat(pieces).split(lengths)):
-                value = flat.view(-1, *dims)
+                value = flat.view(sum(rows[name]), *dims)
                 fn = self.by_name[name].fn
                 result[name] = fn(value) if callable(fn) else value
-        for name, kind, _code, _dims in plan.signature:
+        for name, kind, _code, _dims, *_ in plan.signature:
             if kind == "gather":
                 table = gathered[name]
                 pieces = [table[r, : torch.Size(s).numel()].view(s).clone() for r, s in enumerate(shapes[name])]

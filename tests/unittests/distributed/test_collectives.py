@@ -398,9 +398,7 @@ def test_mismatch_raises_on_every_rank(world_size: int) -> None:
                 problems.append(f"{name}: rank {rank} message {message!r} lacks {missing}")
     for rank, got in enumerate(results):
         if got["after"][1] != world_size:
-            problems.append(
-                f"rank {rank}: all_reduce after the errors gave {got['after'][1]}, not {world_size}"
-            )
+            problems.append(f"rank {rank}: all_reduce after the errors gave {got['after'][1]}, not {world_size}")
     assert not problems, "\n".join(problems)
 
 
@@ -594,9 +592,7 @@ def _bad_args_errors() -> dict:
             problems.append(f"{name}: no error, expected {kind.__name__}")
         except Exception as err:
             if not isinstance(err, kind) or needle not in str(err):
-                problems.append(
-                    f"{name}: got {type(err).__name__} {err!r}, expected {kind.__name__} naming {needle!r}"
-                )
+                problems.append(f"{name}: got {type(err).__name__} {err!r}, expected {kind.__name__} naming {needle!r}")
     return problems
 
 
@@ -752,15 +748,11 @@ def test_collective_sequence_independent_of_local_data(world_size: int) -> None:
             if world_size == 1 and names:
                 problems.append(f"{case}: world size 1 called collectives {names}")
             if world_size > 1 and not f_seq:
-                problems.append(
-                    f"{case}: rank {rank} recorded no forward collective (is the recorder bypassed?)"
-                )
+                problems.append(f"{case}: rank {rank} recorded no forward collective (is the recorder bypassed?)")
             if "local" in case and b_seq:
                 problems.append(f"{case}: grad='local' backward communicated on rank {rank}: {b_seq}")
             if world_size > 1 and "sync" in case and ran_backward and len(b_seq) != 1:
-                problems.append(
-                    f"{case}: grad='sync' backward should issue one collective on rank {rank}: {b_seq}"
-                )
+                problems.append(f"{case}: grad='sync' backward should issue one collective on rank {rank}: {b_seq}")
     assert not problems, "\n".join(problems)
 
 

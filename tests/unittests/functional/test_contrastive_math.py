@@ -263,9 +263,7 @@ def test_info_nce_blocks_sum_to_full_loss_and_gradient(sizes: tuple[int, ...]) -
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "labels", [[0, 0, 1, 1, 2], [0, 1, 0, 1, 0, 1, 2, 3], [3, 3], [0, 1, 2, 0], [5, 5, 5, 5, 5]]
-)
+@pytest.mark.parametrize("labels", [[0, 0, 1, 1, 2], [0, 1, 0, 1, 0, 1, 2, 3], [3, 3], [0, 1, 2, 0], [5, 5, 5, 5, 5]])
 @pytest.mark.parametrize("temperature", [0.07, 0.5, 1.0])
 def test_supcon_matches_loop_reference(labels: list[int], temperature: float) -> None:
     feats = _randn(len(labels), 4, seed=len(labels))
@@ -477,9 +475,7 @@ def test_token_cross_entropy_blocks_sum_to_full_loss_and_gradient(sizes: tuple[i
     target = torch.randint(0, 5, (n, 6), generator=_gen(1))
     for row in range(n):
         target[row, (row * 5) % 7 :] = -100
-    parts = [
-        token_cross_entropy_block(logits[s:e], target[s:e], label_smoothing=0.1) for s, e in _blocks(sizes)
-    ]
+    parts = [token_cross_entropy_block(logits[s:e], target[s:e], label_smoothing=0.1) for s, e in _blocks(sizes)]
     blocked = sum(t for t, _ in parts) / sum(c for _, c in parts)
     full = token_cross_entropy(logits, target, label_smoothing=0.1)
     torch.testing.assert_close(blocked, full, **VALUE_TOL)
@@ -543,9 +539,7 @@ LOSSES_64_AND_32: list[tuple[str, Callable[[torch.dtype], torch.Tensor]]] = [
     ("barlow", lambda dt: barlow_twins_loss(_randn(6, 4, seed=0).to(dt), _randn(6, 4, seed=1).to(dt))),
     (
         "token_ce",
-        lambda dt: token_cross_entropy(
-            _randn(2, 3, 5, seed=0).to(dt), torch.tensor([[1, 2, -100], [0, 4, 3]])
-        ),
+        lambda dt: token_cross_entropy(_randn(2, 3, 5, seed=0).to(dt), torch.tensor([[1, 2, -100], [0, 4, 3]])),
     ),
     ("weighted_mean", lambda dt: weighted_mean(_randn(6, seed=0).to(dt), _randn(6, seed=1).abs().to(dt))),
 ]
