@@ -24,9 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import Group, group_size
-from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, fail_sync, sync_states
+from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, fail_sync, scale_state_grad, sync_states
 
 _REDUCTION_NAMES = (*REDUCTIONS,)
 _GRAD_REDUCTIONS = ("mean", "sum")
@@ -735,9 +734,7 @@ def _scaled(metric: Metric, states: dict[str, Any], group: Group) -> dict[str, A
     scale = group_size(group) if metric.grad_reduction == "mean" else 1
     if scale == 1 or not torch.is_grad_enabled():
         return states
-    return {
-        n: [scale_grad(t, scale) for t in v] if isinstance(v, list) else scale_grad(v, scale) for n, v in states.items()
-    }
+    return {n: scale_state_grad(v, scale) for n, v in states.items()}
 
 
 def sync_metrics(

@@ -438,7 +438,7 @@ def sync_states(
     world = group_size(group)
     if world == 1:
         _check_arguments(states, reductions, grad)
-        scaled = {k: _scaled(v, grad_scale) for k, v in states.items()} if grad == "local" else states
+        scaled = {k: scale_state_grad(v, grad_scale) for k, v in states.items()} if grad == "local" else states
         return {k: _single(v, reductions[k], grad) for k, v in scaled.items()}
     rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
@@ -475,7 +475,8 @@ def _check_arguments(states: dict[str, State], reductions: dict[str, Reduction],
             raise ValueError(f"sync_states: state {name!r} is bool with dist_reduce_fx={fn!r}; use 'max' or 'min'")
 
 
-def _scaled(value: State, scale: float) -> State:
+def scale_state_grad(value: State, scale: float) -> State:
+    """A tensor or list state whose gradient is multiplied by ``scale`` (values unchanged)."""
     if isinstance(value, list):
         return [scale_grad(v, scale) for v in value]
     return scale_grad(value, scale)
@@ -699,11 +700,13 @@ class _Sync:
 
         # Cat capacities for the next round A, from sizes every rank saw: exactly what was seen at first (steady
         # batch sizes then fit without padding), room to grow after an overflow, shrunk when far too large.
+        resized = False
         for name in plan._cat:
             most, cap = max(rows[name]), plan.capacity.get(name, 0)
             if cap == 0 or cap > 4 * most + 64:
-                plan.capacity[name] = most
+                plan.capacity[name], resized = most, resized or most != cap
             elif most > cap:
-                plan.capacity[name] = _grown(most)
-        plan.row_bytes = _row_bytes(plan)
+                plan.capacity[name], resized = _grown(most), True
+        if resized:
+            plan.row_bytes = _row_bytes(plan)
         return {e.name: result[e.name] for e in self.entries}

@@ -71,6 +71,12 @@ def checked_together(group: Group, like: object = None) -> Iterator[None]:
         fail_together(err, group, device=like.device if isinstance(like, Tensor) else None)
 
 
+def _check_views(first_name: str, first: Tensor, second_name: str, second: Tensor) -> None:
+    """Two views of the same local samples: floating (B, D) tensors of one shape."""
+    _check_float_tensor(first_name, first, 2, "(B, D)")
+    _check_same_shape(second_name, second, first_name, first)
+
+
 def _check_options(strategy: str, grad_reduction: str) -> None:
     if strategy not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {STRATEGIES}; got {strategy!r}")
@@ -195,8 +201,7 @@ def global_clip_loss(
         tensor(0.3133)
     """
     with checked_together(group, image_embeds):
-        _check_float_tensor("image_embeds", image_embeds, 2, "(B, D)")
-        _check_same_shape("text_embeds", text_embeds, "image_embeds", image_embeds)
+        _check_views("image_embeds", image_embeds, "text_embeds", text_embeds)
         _check_scalar("logit_scale", logit_scale)
     return global_rows_loss(
         [image_embeds, text_embeds],
@@ -225,8 +230,7 @@ def global_info_nce_loss(
         tensor(0.2395)
     """
     with checked_together(group, z1):
-        _check_float_tensor("z1", z1, 2, "(B, D)")
-        _check_same_shape("z2", z2, "z1", z1)
+        _check_views("z1", z1, "z2", z2)
         _check_scalar("temperature", temperature, positive=True)
     return global_rows_loss(
         [z1, z2],
@@ -309,8 +313,7 @@ def global_siglip_loss(
         tensor(0.0134)
     """
     with checked_together(group, image_embeds):
-        _check_float_tensor("image_embeds", image_embeds, 2, "(B, D)")
-        _check_same_shape("text_embeds", text_embeds, "image_embeds", image_embeds)
+        _check_views("image_embeds", image_embeds, "text_embeds", text_embeds)
         _check_scalar("logit_scale", logit_scale)
         _check_scalar("logit_bias", logit_bias)
     return global_rows_loss(
