@@ -533,15 +533,18 @@ class Metric(nn.Module):
         available = distributed_available() if distributed_available is not None else group_size(group) > 1
         if not available:
             return
-        saved_fn, saved_group = self.dist_sync_fn, self.process_group
-        self.dist_sync_fn = dist_sync_fn or self.dist_sync_fn
-        self.process_group = group
+        local = self.metric_state
+        overrides = dist_sync_fn is not None or group is not self.process_group
+        if overrides:  # this call's gather and group, for this call only
+            saved_fn, saved_group = self.dist_sync_fn, self.process_group
+            self.dist_sync_fn = dist_sync_fn or self.dist_sync_fn
+            self.process_group = group
         try:
-            local = self.metric_state
             with torch.no_grad():
                 synced = self._sync_values(local, grad="none")
         finally:
-            self.dist_sync_fn, self.process_group = saved_fn, saved_group
+            if overrides:
+                self.dist_sync_fn, self.process_group = saved_fn, saved_group
         self._synced_cache = local
         self._set_states(synced)
 
@@ -749,8 +752,19 @@ def sync_metrics(
         plan: the caller's :class:`~torchmetrics_diff.distributed._sync.SyncPlan`.
         grad: ``"none"`` or ``"local"`` (each metric's ``grad_reduction`` scales its local gradient).
     """
+    if len(metrics) == 1 and "" in metrics:  # one metric under its own names (Metric.sync, a forward)
+        metric = metrics[""]
+        own = _scaled(metric, states[""], group) if grad == "local" else states[""]
+        reductions = {name: metric._reductions[name] for name in own}
+        synced = sync_states(
+            own, reductions, group, plan=plan, grad=grad, owner=type(metric).__name__, device=metric.device
+        )
+        for name, default in metric._defaults.items():
+            if isinstance(default, list) and isinstance(synced.get(name), torch.Tensor):
+                synced[name] = [synced[name]]
+        return {"": synced}
     flat: dict[str, Any] = {}
-    reductions: dict[str, Any] = {}
+    reductions = {}
     for key, metric in metrics.items():
         own = _scaled(metric, states[key], group) if grad == "local" else states[key]
         for name, value in own.items():

@@ -38,28 +38,30 @@ from torchmetrics_diff.distributed._autograd import _AllReduce, scale_grad
 from torchmetrics_diff.distributed._backend import (
     CollectiveError,
     Group,
-    all_gather_flat,
     default_device,
     dtype_code,
     dtype_from_code,
     group_rank,
     group_size,
 )
+from torchmetrics_diff.distributed._rows import (
+    FAILED,
+    HEADER,
+    _align,
+    _gather_rows,
+    _layout,
+    _oversized,
+    _reduce_rows,
+)
+from torchmetrics_diff.distributed._steady import SteadyPath
 
 State = Union[torch.Tensor, list]
 Reduction = Union[str, Callable[[Any], Any], None]
 REDUCTIONS = ("sum", "mean", "min", "max", "cat")
 
 _OPS = ("sum", "mean", "min", "max")
-_HEADER = 16  # bytes: int64 signature hash, int64 metadata length (-1: not sent)
 _FIRST_ROW = 4096  # the first sync's row: header plus metadata, which almost always fits
 _GATHER_REDUCE_MAX_BYTES = 64 * 1024  # above this, sum/mean buckets are all-reduced (W x fewer bytes moved)
-_FAILED = -1  # the signature hash of a rank that raised before syncing (see :func:`fail_sync`)
-
-
-def _align(n: int) -> int:
-    """Pieces start at multiples of 16 bytes: every dtype (complex128 included) can be viewed in place."""
-    return (n + 15) // 16 * 16
 
 
 def _reduce_by_all_reduce(payload_bytes: int, world: int) -> bool:
@@ -161,9 +163,18 @@ class SyncPlan:
     capacity: dict[str, int] = field(default_factory=dict)  # rows of each cat state round A can carry
     row_bytes: int = _FIRST_ROW
     local: tuple = ()  # (key, hash, signature) of this rank's last signature (a cache, not agreed)
+    steady: Any = None  # the plan's SteadyPath; None: not built yet; False: this plan has none
 
     def cat_row_bytes(self, name: str) -> int:
         return self._cat[name]
+
+    def pieces(self) -> list[str]:
+        """Names of the pieces of round A, in :meth:`caps` order (a bucket goes by its first state's name)."""
+        return [b.names[0] for b in self.buckets] + list(self.capacity)
+
+    def caps(self) -> list[int]:
+        """Bytes of each piece of round A after the header: the buckets, then each cat state at its capacity."""
+        return [b.nbytes for b in self.buckets] + [rows * self._cat[n] for n, rows in self.capacity.items()]
 
     def __post_init__(self) -> None:
         # bytes per row of every cat state whose dtype is known
@@ -177,7 +188,7 @@ class SyncPlan:
 def _hash(signature: list) -> int:
     digest = hashlib.blake2b(json.dumps(signature).encode(), digest_size=8).digest()
     value = int.from_bytes(digest, "little", signed=True)
-    return value if value not in (0, _FAILED) else 1  # 0: no plan yet; _FAILED: a rank that raised
+    return value if value not in (0, FAILED) else 1  # 0: no plan yet; FAILED: a rank that raised
 
 
 def _local_signature(entries: list[_Entry], plan: SyncPlan) -> tuple[int, list]:
@@ -204,119 +215,6 @@ def _entries(states: dict[str, State], reductions: dict[str, Reduction]) -> list
         else:
             out.append(_Entry(name, "gather", fn, value))
     return out
-
-
-def _bytes_of(t: torch.Tensor) -> torch.Tensor:
-    """The bytes of ``t`` as a flat uint8 tensor (a view when ``t`` is dense with unit stride, else a copy)."""
-    flat = t.detach().reshape(-1)
-    if flat.stride(0) != 1:  # a 0- or 1-element slice counts as contiguous with any stride (clone keeps it)
-        flat = flat.new_empty(flat.shape).copy_(flat)
-    return flat.view(torch.uint8)
-
-
-_ZEROS: dict[torch.device, torch.Tensor] = {}
-
-
-def _zeros(n: int, device: torch.device) -> torch.Tensor:
-    """``n`` zero bytes, sliced from a cached buffer (padding must not cost an allocation per piece)."""
-    buf = _ZEROS.get(device)
-    if buf is None or buf.numel() < n:
-        buf = _ZEROS[device] = torch.zeros(max(n, 4096), dtype=torch.uint8, device=device)
-    return buf[:n]
-
-
-@dataclass
-class _RowJob:
-    """One byte all-gather: where each tensor goes in the row, and (after it ran) the gathered table."""
-
-    group: Group
-    rank: int
-    world: int
-    row_bytes: int
-    slots: list  # (offset, capacity in bytes) per tensor
-    slot: str = "a"  # which reusable buffer pair: rounds of one sync must not share one
-    table: torch.Tensor | None = None
-
-    def run(self, header: torch.Tensor, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        device, pieces, pos = header.device, [header], header.numel()
-        for t, (offset, _cap) in zip(tensors, self.slots):
-            raw = _bytes_of(t)
-            if offset > pos:
-                pieces.append(_zeros(offset - pos, device))
-            pieces.append(raw)
-            pos = offset + raw.numel()
-        if self.row_bytes > pos:
-            pieces.append(_zeros(self.row_bytes - pos, device))
-        row, table = _buffers(device, self.row_bytes, self.world, self.slot)
-        torch.cat(pieces, out=row)
-        all_gather_flat(table, row, self.group)
-        self.table = table.view(self.world, self.row_bytes)
-        return tuple(
-            self.table[:, off : off + cap].view(t.dtype) if cap else t.new_empty((self.world, 0))
-            for t, (off, cap) in zip(tensors, self.slots)
-        )
-
-
-# Reused send/receive buffers, one pair per device: a sync allocates nothing on its hot path. Safe because every
-# value a sync returns is a fresh tensor computed from the table (a reduction, a concatenation, a stack or a
-# clone), never a view of it, and a rank runs one sync at a time.
-# Rounds A and B of one sync use different buffers (A's results are read after B).
-_BUFFERS: dict[tuple[torch.device, str], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _buffers(device: torch.device, row_bytes: int, world: int, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
-    row, table = _BUFFERS.get((device, slot), (None, None))
-    if row is None or row.numel() < row_bytes or table.numel() < world * row_bytes:
-        row = torch.empty(row_bytes, dtype=torch.uint8, device=device)
-        table = torch.empty(world * row_bytes, dtype=torch.uint8, device=device)
-        _BUFFERS[(device, slot)] = (row, table)
-    return row[:row_bytes], table[: world * row_bytes]
-
-
-class _GatherRows(torch.autograd.Function):
-    """:meth:`_RowJob.run` with autograd: backward gives each input the gradient of its own rank's row."""
-
-    @staticmethod
-    def forward(ctx: Any, job: _RowJob, header: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.rank, ctx.shapes = job.rank, [t.shape for t in tensors]
-        # copies: autograd may keep these (amax saves its input) past the next sync, which reuses the buffer
-        outs = tuple(o.clone() for o in job.run(header, tensors))
-        ctx.mark_non_differentiable(*[o for o in outs if not (o.is_floating_point() or o.is_complex())])
-        return outs
-
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        local = [
-            None if g is None else g[ctx.rank, : shape.numel()].reshape(shape) for g, shape in zip(grads, ctx.shapes)
-        ]
-        return (None, None, *local)
-
-
-def _gather_rows(
-    header: torch.Tensor,
-    tensors: list[torch.Tensor],
-    caps: list[int],
-    group: Group,
-    rank: int,
-    world: int,
-    min_row: int = 0,
-    slot: str = "a",
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """All-gather ``header`` and ``tensors`` (tensor ``i`` padded to ``caps[i]`` bytes) in one row per rank.
-
-    Returns the gathered ``(W, row_bytes)`` byte table and, per tensor, a ``(W, caps[i] / itemsize)`` view of
-    every rank's copy. Autograd is involved only when a tensor requires gradient.
-    """
-    offset, slots = _align(header.numel()), []
-    for cap in caps:
-        slots.append((offset, cap))
-        offset += _align(cap)
-    job = _RowJob(group, rank, world, max(offset, min_row, 16), slots, slot)  # never a zero-byte collective
-    if any(t.requires_grad for t in tensors):
-        outs = _GatherRows.apply(job, header, *tensors)
-    else:
-        outs = job.run(header, tuple(tensors))
-    return job.table, list(outs)
 
 
 def _int_bytes(values: list[int], device: torch.device) -> torch.Tensor:
@@ -381,19 +279,25 @@ def _make_plan(signature: list, world: int, capacity: dict[str, int]) -> SyncPla
 
 
 def _row_bytes(plan: SyncPlan) -> int:
-    size = _align(_HEADER + 8 * plan.n_variable) + sum(_align(b.nbytes) for b in plan.buckets)
-    return size + sum(_align(rows * plan.cat_row_bytes(n)) for n, rows in plan.capacity.items())
+    return _layout(HEADER + 8 * plan.n_variable, plan.caps())[1]
 
 
-def _reduce_rows(kind: str, rows: torch.Tensor) -> torch.Tensor:
-    """Reduce the ``(W, n)`` gathered rows locally; the same bits on every rank."""
-    if rows.dtype == torch.bool:
-        return rows.all(0) if kind == "min" else rows.any(0)
-    if kind == "sum":
-        return rows.sum(0, dtype=rows.dtype)
-    if kind == "mean":
-        return rows.mean(0) if rows.is_floating_point() or rows.is_complex() else rows.sum(0) / rows.shape[0]
-    return rows.amax(0) if kind == "max" else rows.amin(0)
+def resize_capacities(plan: SyncPlan, rows: dict[str, list[int]]) -> None:
+    """Cat capacities for the next round A, from the rows every rank sent (so every rank agrees).
+
+    Exactly what was seen at first (steady batch sizes then fit without padding), room to grow after an
+    overflow, shrunk when far too large. A changed layout drops the plan's steady path (it is rebuilt).
+    """
+    resized = False
+    for name in plan._cat:
+        most, cap = max(rows[name]), plan.capacity.get(name, 0)
+        if cap == 0 or _oversized(cap, most):
+            plan.capacity[name], resized = most, resized or most != cap
+        elif most > cap:
+            plan.capacity[name], resized = _grown(most), True
+    if resized:
+        plan.row_bytes = _row_bytes(plan)
+        plan.steady = None
 
 
 def sync_states(
@@ -442,6 +346,15 @@ def sync_states(
         return {k: _single(v, reductions[k], grad) for k, v in scaled.items()}
     rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
+    steady = plan.steady
+    if steady and grad == "none" and (device or _first_device(states)) == steady.device:
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                done = _steady_sync(steady, states, reductions, group, plan, rank, world, owner)
+        else:
+            done = _steady_sync(steady, states, reductions, group, plan, rank, world, owner)
+        if done is not None:
+            return done
     try:  # a bad argument, a failed concatenation, an unknown dtype on one rank: the others must not wait
         _check_arguments(states, reductions, grad)
         entries = _entries(states, reductions)
@@ -451,12 +364,78 @@ def sync_states(
     if device is None:
         device = next((e.tensor.device for e in entries if e.tensor is not None), torch.device("cpu"))
     track = grad == "local" and torch.is_grad_enabled()
+    entries = _prepared(entries, device, track, grad_scale)
+    with torch.enable_grad() if track else torch.no_grad():
+        result = _Sync(entries, plan, group, rank, world, owner, device).run(local_hash, local_sig)
+    if grad == "none":
+        _arm(plan, local_hash, states, reductions, world, device)
+    return result
+
+
+def _arm(
+    plan: SyncPlan,
+    local_hash: int,
+    states: dict[str, State],
+    reductions: dict[str, Reduction],
+    world: int,
+    device: torch.device,
+) -> None:
+    """After a sync of the general engine: give the plan a steady path if it has none and this rank matched it."""
+    if plan.steady is None and local_hash == plan.signature_hash:
+        plan.steady = SteadyPath.build(plan, states, reductions, world, device) or False
+
+
+def _steady_sync(
+    steady: SteadyPath,
+    states: dict[str, State],
+    reductions: dict[str, Reduction],
+    group: Group,
+    plan: SyncPlan,
+    rank: int,
+    world: int,
+    owner: str,
+) -> dict[str, Any] | None:
+    """A sync through the plan's steady path; ``None`` (before any communication) when the states do not fit it."""
+    if not steady.pack(states, reductions):
+        return None
+    try:
+        steady.gather(group)
+    except CollectiveError as err:
+        raise _named(err, owner, steady.names, world) from err
+    done = steady.unpack()
+    if done is None:  # another rank's header differs from the plan: the general engine goes on from round A
+        entries = _prepared(_entries(states, reductions), steady.device, False, 1.0)
+        local_hash, local_sig = _local_signature(entries, plan)
+        sync = _Sync(entries, plan, group, rank, world, owner, steady.device)
+        result = sync.after_round_a(steady.grid, steady.gathered(), local_sig)
+        _arm(plan, local_hash, states, reductions, world, steady.device)
+        return result
+    values, rows = done
+    if rows:
+        resize_capacities(plan, rows)
+    return values
+
+
+def _first_device(states: dict[str, State]) -> torch.device | None:
+    """The device the general engine would pick for the buffers when the first state is not an empty list."""
+    first = next(iter(states.values()), None)
+    if isinstance(first, list):
+        first = first[0] if first else None
+    return first.device if isinstance(first, torch.Tensor) else None
+
+
+def _prepared(entries: list[_Entry], device: torch.device, track: bool, grad_scale: float) -> list[_Entry]:
+    """Entries moved to ``device``, detached, or (``track``) keeping their graph with the gradient scaled."""
     for e in entries:
         if e.tensor is not None:
             e.tensor = e.tensor.to(device)
             e.tensor = scale_grad(e.tensor, grad_scale) if track else e.tensor.detach()
-    with torch.enable_grad() if track else torch.no_grad():
-        return _Sync(entries, plan, group, rank, world, owner, device).run(local_hash, local_sig)
+    return entries
+
+
+def _named(err: CollectiveError, owner: str, names: Any, world: int) -> RuntimeError:
+    """A collective that failed (a timeout, a dead peer), as an error naming the metric and the states synced."""
+    return RuntimeError(f"{owner}: a collective failed while syncing states {list(names)} over {world} ranks: {err}")
 
 
 def _check_arguments(states: dict[str, State], reductions: dict[str, Reduction], grad: str) -> None:
@@ -543,18 +522,14 @@ class _Sync:
 
     @contextmanager
     def _naming_failures(self) -> Iterator[None]:
-        """A collective that fails (a timeout, a dead peer) names the metric and the states being synced."""
         try:
             yield
         except CollectiveError as err:
-            names = [e.name for e in self.entries]
-            raise RuntimeError(
-                f"{self.owner}: a collective failed while syncing states {names} over {self.world} ranks: {err}"
-            ) from err
+            raise _named(err, self.owner, [e.name for e in self.entries], self.world) from err
 
     def fail(self, problem: BaseException) -> None:
         """Take part in round A with a failure marker, then raise ``problem``: the other ranks raise too."""
-        self._rows(_int_bytes([_FAILED, -1], self.device), [], [], min_row=self.plan.row_bytes)
+        self._rows(_int_bytes([FAILED, -1], self.device), [], [], min_row=self.plan.row_bytes)
         raise problem
 
     def _empty(self, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
@@ -572,22 +547,25 @@ class _Sync:
         gathered: dict[str, torch.Tensor] = {}
         if plan.signature_hash == 0:
             meta = self._meta(local_sig, variable)
-            inline = meta if meta.numel() <= plan.row_bytes - _HEADER else meta[:0]
+            inline = meta if meta.numel() <= plan.row_bytes - HEADER else meta[:0]
             table, _ = self._rows(
                 torch.cat([_int_bytes([local_hash, meta.numel()], device), inline]), [], [], min_row=plan.row_bytes
             )
         else:
             header = _int_bytes([local_hash, -1] + (variable if fits else [0] * plan.n_variable), device)
             tensors = [self._flat(b) if fits else self._empty() for b in plan.buckets]
-            caps = [b.nbytes for b in plan.buckets]
             for name, rows in plan.capacity.items():
                 t = self.by_name[name].tensor if fits else None
                 tensors.append(t if t is not None and t.shape[0] <= rows else self._empty())
-                caps.append(rows * plan.cat_row_bytes(name))
-            table, outs = self._rows(header, tensors, caps, min_row=plan.row_bytes)
-            gathered = dict(zip([b.names[0] for b in plan.buckets] + list(plan.capacity), outs))
-        hashes = table[:, :_HEADER].contiguous().view(torch.int64)[:, 0].tolist()
-        failed = [r for r, h in enumerate(hashes) if h == _FAILED]
+            table, outs = self._rows(header, tensors, plan.caps(), min_row=plan.row_bytes)
+            gathered = dict(zip(plan.pieces(), outs))
+        return self.after_round_a(table, gathered, local_sig)
+
+    def after_round_a(self, table: torch.Tensor, gathered: dict[str, torch.Tensor], local_sig: list) -> dict[str, Any]:
+        """Everything after round A, from its ``(W, row_bytes)`` table and the pieces it carried (by name)."""
+        plan, device = self.plan, self.device
+        hashes = table[:, :HEADER].contiguous().view(torch.int64)[:, 0].tolist()
+        failed = [r for r, h in enumerate(hashes) if h == FAILED]
         if failed:
             raise RuntimeError(
                 f"{self.owner}: rank(s) {failed} raised an error before syncing (see their message); not syncing"
@@ -596,18 +574,18 @@ class _Sync:
         if plan.signature_hash != 0 and all(h == plan.signature_hash for h in hashes):
             n = plan.n_variable
             sizes = (
-                table[:, _HEADER : _HEADER + 8 * n].contiguous().view(torch.int64).tolist() if n else [[]] * self.world
+                table[:, HEADER : HEADER + 8 * n].contiguous().view(torch.int64).tolist() if n else [[]] * self.world
             )
             return self._finish(plan, sizes, gathered)
 
         # Fallback: agree on a new plan from everyone's metadata.
         if plan.signature_hash == 0 and max(table[:, 8:16].contiguous().view(torch.int64)[:, 0].tolist()) <= (
-            plan.row_bytes - _HEADER
+            plan.row_bytes - HEADER
         ):
             lens = table[:, 8:16].contiguous().view(torch.int64)[:, 0].tolist()
-            raw = [bytes(table[r, _HEADER : _HEADER + lens[r]].tolist()) for r in range(self.world)]
+            raw = [bytes(table[r, HEADER : HEADER + lens[r]].tolist()) for r in range(self.world)]
         else:
-            meta = self._meta(local_sig, variable)
+            meta = self._meta(local_sig, [v for e in self.entries for v in e.variable()])
             lt, _ = self._rows(_int_bytes([meta.numel()], device), [], [], slot="m")
             lens = lt.contiguous().view(torch.int64)[:, 0].tolist()
             mt, _ = self._rows(meta, [], [], min_row=_align(max(lens)), slot="m")
@@ -698,15 +676,5 @@ class _Sync:
                 stacked = torch.stack(pieces) if all(p.shape == pieces[0].shape for p in pieces) else pieces
                 result[name] = stacked if fn is None else fn(stacked)
 
-        # Cat capacities for the next round A, from sizes every rank saw: exactly what was seen at first (steady
-        # batch sizes then fit without padding), room to grow after an overflow, shrunk when far too large.
-        resized = False
-        for name in plan._cat:
-            most, cap = max(rows[name]), plan.capacity.get(name, 0)
-            if cap == 0 or cap > 4 * most + 64:
-                plan.capacity[name], resized = most, resized or most != cap
-            elif most > cap:
-                plan.capacity[name], resized = _grown(most), True
-        if resized:
-            plan.row_bytes = _row_bytes(plan)
+        resize_capacities(plan, rows)
         return {e.name: result[e.name] for e in self.entries}

@@ -18,7 +18,15 @@ from tests.unittests._harness import run_distributed
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
-from torchmetrics_diff.distributed import _collectives, _sync, all_gather_cat, all_reduce, gather_all_tensors
+from torchmetrics_diff.distributed import (
+    _collectives,
+    _rows,
+    _steady,
+    _sync,
+    all_gather_cat,
+    all_reduce,
+    gather_all_tensors,
+)
 from torchmetrics_diff.distributed._sync import sync_states
 from torchmetrics_diff.functional import _global
 from torchmetrics_diff.losses import CLIPLoss, GlobalMeanLoss, InfoNCELoss
@@ -88,13 +96,13 @@ def test_losses_keep_the_device() -> None:
 
 def _buffers_body(rank: int, world: int) -> dict[str, Any]:
     seen: list[tuple[str, str]] = []
-    original = _sync.all_gather_flat
+    original = _rows.all_gather_flat  # the general engine's gathers (_rows) and the steady path's (_steady)
 
     def recording(out: torch.Tensor, inp: torch.Tensor, group: Any = None) -> None:
         seen.append((str(out.device), str(inp.device)))
         original(out, inp, group)
 
-    _sync.all_gather_flat = recording
+    _rows.all_gather_flat = _steady.all_gather_flat = recording
     try:
         states = {"total": torch.ones(3, dtype=torch.float64), "rows": [torch.ones(rank + 1, 2)]}
         cpu = torch.device("cpu")
@@ -104,13 +112,13 @@ def _buffers_body(rank: int, world: int) -> dict[str, Any]:
         metric.update(torch.ones(3))
         computed = metric.compute()
     finally:
-        _sync.all_gather_flat = original
+        _rows.all_gather_flat = _steady.all_gather_flat = original
     return {
         "buffers": seen,
         "results": sorted(str(d) for d in _devices(synced) | _devices([value, computed])),
         "states": sorted(str(d) for d in _devices(metric.metric_state)),
         "rows": tuple(synced["rows"].shape),
-        "cached": sorted({str(k[0]) for k in _sync._BUFFERS}),
+        "cached": sorted({str(k[0]) for k in _rows._BUFFERS}),
     }
 
 
@@ -156,7 +164,7 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
         seen.append(str(inp.device))
         raise _Sentinel
 
-    for module in (metric_module, collections_module, _sync, _collectives, _global):
+    for module in (metric_module, collections_module, _sync, _rows, _steady, _collectives, _global):
         if hasattr(module, "group_size"):
             monkeypatch.setattr(module, "group_size", lambda group=None: 2)
         if hasattr(module, "group_rank"):

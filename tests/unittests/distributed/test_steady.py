@@ -1,0 +1,242 @@
+"""The sync engine's steady path (``distributed/_steady.py``): a sync that matches the agreed plan runs through
+views prepared once, and must give exactly what the general engine gives, interoperate with it within one sync
+(one rank steady, another not), and hand over to it whenever a rank's states stop matching the plan.
+
+Every expected value is rebuilt inside the rank's body from seeds known to every rank: the reductions with
+``torch.stack(...).sum/mean/amax/amin(0)`` and ``cat`` states with ``torch.cat`` of every rank's rows in rank order.
+Which path each sync took is read off by wrapping ``SteadyPath.pack``; collectives are counted by wrapping the
+backend's gather (``record_collectives``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+
+from tests.unittests._harness import run_distributed
+from tests.unittests.metric._helpers import Checks, record_collectives
+from torchmetrics_diff.distributed import _steady
+from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync, sync_states
+
+pytestmark = pytest.mark.timeout(120)
+
+F32, F64 = torch.float32, torch.float64
+
+# name -> (reduction, dtype, shape): tensor states; name -> ("list" | "cat", dtype, trailing dims): rows states
+SPECS: dict[str, tuple[str, torch.dtype, tuple]] = {
+    "a": ("sum", F64, ()),
+    "b": ("sum", F32, (3,)),
+    "c": ("mean", F64, (2, 2)),
+    "d": ("max", torch.int64, (4,)),
+    "e": ("min", F32, ()),
+    "f": ("max", torch.bool, (3,)),
+    "rows": ("list", F64, (2,)),
+    "ids": ("list", torch.int64, ()),
+    "t": ("cat", F32, (3,)),
+}
+
+
+def _seed(*parts: object) -> int:
+    return zlib.crc32("/".join(map(str, parts)).encode())
+
+
+def _tensor(shape: tuple, dtype: torch.dtype, *parts: object) -> torch.Tensor:
+    g = torch.Generator().manual_seed(_seed(*parts))
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(-50, 50, shape, generator=g, dtype=dtype)
+    return torch.randn(shape, generator=g, dtype=dtype)
+
+
+def _value(name: str, rank: int, sync: int, rows: int, pieces: int = 1) -> Any:
+    """Rank ``rank``'s value of state ``name`` at sync ``sync`` (``rows`` rows for row states)."""
+    kind, dtype, shape = SPECS[name]
+    if kind == "list":
+        cuts = [rows * i // pieces for i in range(pieces + 1)]
+        return [
+            _tensor((hi - lo, *shape), dtype, name, rank, sync, i) for i, (lo, hi) in enumerate(zip(cuts, cuts[1:]))
+        ]
+    if kind == "cat":
+        return _tensor((rows, *shape), dtype, name, rank, sync)
+    return _tensor(shape, dtype, name, rank, sync)
+
+
+def _reference(name: str, values: list[Any]) -> torch.Tensor:
+    """What the sync must give for ``values`` (one per rank, in rank order), by plain torch."""
+    kind, dtype, _ = SPECS[name]
+    if kind in ("list", "cat"):
+        return torch.cat([torch.cat(v) if isinstance(v, list) else v for v in values])
+    stacked = torch.stack(values)
+    if dtype == torch.bool:
+        return stacked.any(0) if kind == "max" else stacked.all(0)
+    return getattr(stacked, {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}[kind])(0)
+
+
+REDUCTIONS = {name: "cat" if kind == "list" else kind for name, (kind, _, _) in SPECS.items()}
+
+
+@contextmanager
+def _packs() -> Iterator[list[bool]]:
+    """Log of ``SteadyPath.pack`` results (True: this rank synced through the steady path)."""
+    log: list[bool] = []
+    original = _steady.SteadyPath.pack
+
+    def pack(self: Any, *args: Any) -> bool:
+        log.append(original(self, *args))
+        return log[-1]
+
+    _steady.SteadyPath.pack = pack
+    try:
+        yield log
+    finally:
+        _steady.SteadyPath.pack = original
+
+
+def _check_sync(chk: Checks, tag: str, world: int, sync: int, rows: list[int], plan: SyncPlan, pieces: int = 1):
+    """One sync of every state of SPECS (rank r has ``rows[r]`` rows); compare with the reference."""
+    rank = torch.distributed.get_rank()
+    states = {name: _value(name, rank, sync, rows[rank], pieces) for name in SPECS}
+    with _packs() as packs, record_collectives() as calls:
+        out = sync_states(states, REDUCTIONS, plan=plan)
+    for name in SPECS:
+        expected = _reference(name, [_value(name, r, sync, rows[r], pieces) for r in range(world)])
+        got = out.get(name)
+        ok = isinstance(got, torch.Tensor) and got.dtype == expected.dtype and got.shape == expected.shape
+        chk.true(f"{tag} {name}", ok and torch.equal(got, expected), f"got {got!r}, expected {expected!r}")
+    chk.true(f"{tag} keys in order", list(out) == list(SPECS), f"{list(out)}")
+    return packs, calls
+
+
+# ------------------------------------------------------------------------------- steady syncs equal the reference
+def _sequence_body(rank: int, world: int) -> dict:
+    chk = Checks(f"W={world} rank {rank} ")
+    plan = SyncPlan()
+    base = [5 + 2 * r for r in range(world)]
+    seen = {}
+    # sync 0: first sync (general engine); 1-2: steady; 3: the last rank outgrows its capacity (it takes the general
+    # path, the others the steady one, all of them round B); 4: steady with fewer rows;
+    # 5: list states split in 3 pieces (concatenated into the slot); 6: steady with one piece again
+    steps = [
+        (base, 1),
+        (base, 1),
+        ([b - 1 for b in base], 1),
+        ([*base[:-1], base[-1] * 3], 1),
+        ([1] * world, 1),
+        (base, 3),
+        (base, 1),
+    ]
+    for sync, (rows, pieces) in enumerate(steps):
+        packs, calls = _check_sync(chk, f"sync {sync}", world, sync, rows, plan, pieces)
+        seen[sync] = (packs, calls.count("_all_gather_flat"), len(calls))
+    return {"failures": chk.failures, "seen": seen, "capacity": dict(plan.capacity)}
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_steady_syncs_equal_the_reference_and_take_one_collective(world_size: int) -> None:
+    results = run_distributed(_sequence_body, world_size, timeout=90)
+    failures = [f for res in results for f in res["failures"]]
+    assert not failures, "\n".join(failures)
+    last = world_size - 1
+    for rank, res in enumerate(results):
+        seen = res["seen"]
+        assert seen[0] == ([], 2, 2), f"rank {rank}: the first sync is the general engine's two gathers: {seen[0]}"
+        for sync in (1, 2, 4, 6):
+            assert seen[sync] == ([True], 1, 1), f"rank {rank} sync {sync}: one steady gather expected: {seen[sync]}"
+        # sync 3: the last rank does not fit and packs nothing; every rank then needs round B (and re-arms its
+        # steady path for the grown capacities, so sync 4 is steady everywhere)
+        assert seen[3] == ([rank != last], 2, 2), f"rank {rank} sync 3: {seen[3]}"
+        # sync 5: pieces concatenated into the slot (rank capacities grew at sync 3, so everything fits)
+        assert seen[5] == ([True], 1, 1), f"rank {rank} sync 5: {seen[5]}"
+
+
+# ------------------------------------------------------------------- a rank that no longer matches, a failed rank
+def _mismatch_body(rank: int, world: int) -> dict:
+    chk = Checks(f"W={world} rank {rank} ")
+    plan = SyncPlan()
+    rows = [4] * world
+    for sync in range(2):
+        _check_sync(chk, f"warm-up {sync}", world, sync, rows, plan)
+    messages = {}
+    # the last rank's `a` turns float32: the others are on the steady path when they find out, after round A
+    states = {name: _value(name, rank, 9, rows[rank]) for name in SPECS}
+    if rank == world - 1:
+        states["a"] = states["a"].float()
+    with _packs() as packs:
+        try:
+            sync_states(states, REDUCTIONS, plan=plan)
+            messages["dtype"] = None
+        except RuntimeError as err:
+            messages["dtype"] = str(err)
+    messages["dtype packs"] = packs
+    # the plan survives: the next matching sync is right (general engine, then steady again)
+    for sync in (10, 11):
+        _check_sync(chk, f"after the mismatch {sync}", world, sync, rows, plan)
+    # a rank that failed before syncing joins round A with its failure marker
+    states = {name: _value(name, rank, 12, rows[rank]) for name in SPECS}
+    try:
+        if rank == 1:
+            fail_sync(ValueError("update blew up on this rank"), plan=plan)
+        sync_states(states, REDUCTIONS, plan=plan)
+        messages["failed rank"] = None
+    except (RuntimeError, ValueError) as err:
+        messages["failed rank"] = f"{type(err).__name__}: {err}"
+    return {"failures": chk.failures, "messages": messages}
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_rank_leaving_the_plan_raises_or_resyncs_on_every_rank(world_size: int) -> None:
+    results = run_distributed(_mismatch_body, world_size, timeout=90)
+    failures = [f for res in results for f in res["failures"]]
+    assert not failures, "\n".join(failures)
+    for rank, res in enumerate(results):
+        msg = res["messages"]
+        assert msg["dtype"] is not None, f"rank {rank}: a dtype disagreement did not raise"
+        assert "'a'" in msg["dtype"] and "dtype" in msg["dtype"], f"rank {rank}: {msg['dtype']}"
+        assert "float32" in msg["dtype"] and "float64" in msg["dtype"], f"rank {rank}: {msg['dtype']}"
+        assert msg["dtype packs"] == [rank != world_size - 1], f"rank {rank}: {msg['dtype packs']}"
+        failed = msg["failed rank"]
+        if rank == 1:
+            assert failed == "ValueError: update blew up on this rank", f"rank 1: {failed}"
+        else:
+            assert failed is not None and failed.startswith("RuntimeError") and "rank(s) [1]" in failed, failed
+
+
+# --------------------------------------------------------------------- capacities shrink, buffers grow elsewhere
+def _capacity_body(rank: int, world: int) -> dict:
+    chk = Checks(f"W={world} rank {rank} ")
+    plan, other = SyncPlan(), SyncPlan()
+    capacities = []
+    for sync, rows in enumerate([[300] * world, [300] * world, [3] * world, [3] * world, [3] * world]):
+        with _packs() as packs:
+            _check_sync(chk, f"sync {sync}", world, sync, rows, plan)
+        capacities.append((packs, dict(plan.capacity)))
+    # another plan with a much larger row grows the shared buffers: the steady path must re-make its views
+    big = {"x": torch.full((5000,), float(rank)), "y": [torch.ones(2000 + rank, 4)]}
+    out = sync_states(big, {"x": "sum", "y": "cat"}, plan=other)
+    chk.true("big sum", torch.equal(out["x"], torch.full((5000,), float(sum(range(world))))), "wrong big sum")
+    chk.true("big cat", out["y"].shape == (sum(2000 + r for r in range(world)), 4), f"{out['y'].shape}")
+    with _packs() as packs:
+        _check_sync(chk, "after the buffers grew", world, 7, [3] * world, plan)
+    capacities.append((packs, dict(plan.capacity)))
+    return {"failures": chk.failures, "capacities": capacities}
+
+
+def test_capacities_shrink_on_the_steady_path_and_views_follow_the_buffers() -> None:
+    results = run_distributed(_capacity_body, 2, timeout=90)
+    failures = [f for res in results for f in res["failures"]]
+    assert not failures, "\n".join(failures)
+    for rank, res in enumerate(results):
+        caps = res["capacities"]
+        rows_states = {"rows": 300, "ids": 300, "t": 300}
+        assert caps[1] == ([True], rows_states), f"rank {rank}: steady at capacity 300: {caps[1]}"
+        # 300 rows of room for 3: the steady sync reads the headers and shrinks the plan's capacities to 3
+        assert caps[2] == ([True], dict.fromkeys(rows_states, 3)), f"rank {rank}: {caps[2]}"
+        assert caps[3][0] == [], f"rank {rank}: the resized plan's next sync is the general engine's: {caps[3]}"
+        assert caps[4] == ([True], dict.fromkeys(rows_states, 3)), f"rank {rank}: {caps[4]}"
+        assert caps[5][0] == [True], f"rank {rank}: steady again after the buffers grew: {caps[5]}"

@@ -1,0 +1,272 @@
+"""The steady-state sync: round A written into, and read from, views prepared once per plan.
+
+Once ranks have agreed on a :class:`~torchmetrics_diff.distributed._sync.SyncPlan`, most syncs look exactly like
+the previous one: the same states with the same dtypes and shapes, cat states within their capacity. For those the
+general engine's work (describing every state, hashing the description, cutting and padding pieces, building the
+row with a concatenation) is the same every time. A :class:`SteadyPath` does it once: it keeps typed views of
+the send row and the receive table at the plan's offsets, and a sync becomes
+
+* a few checks that the states still match the plan (names, reductions, dtypes, shapes, cat rows <= capacity),
+* one stack/concatenation per reduction bucket straight into the row, one copy per cat state, the header,
+* the all-gather,
+* one reduction per bucket and one concatenation per group of cat states, read from the table.
+
+The row it writes is byte for byte the general engine's round A for the same states (padding aside, which no
+rank reads), so ranks on either path interoperate. When the states do not match, :meth:`SteadyPath.pack` says so
+before any communication and the general engine takes over; when another rank's header does not match the plan,
+:meth:`SteadyPath.unpack` says so and the general engine continues from the gathered table. Gradients are not
+supported here (``grad="none"`` syncs only): a differentiable sync needs the general engine's autograd function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchmetrics_diff.distributed._backend import Group, all_gather_flat, dtype_from_code
+from torchmetrics_diff.distributed._rows import HEADER, _buffer_pair, _layout, _oversized, _reduce_rows
+
+_SLOT = "a"  # round A's buffers: the steady path is a round A
+
+
+class _BucketView:
+    """One reduction bucket: which states, where in the row and the table."""
+
+    def __init__(self, kind: str, indices: list[int], names: list[str], dtype: torch.dtype, shapes: list) -> None:
+        self.kind, self.indices, self.names, self.dtype, self.shapes = kind, indices, names, dtype, shapes
+        self.numels = [s.numel() for s in shapes]
+        self.scalars = all(len(s) == 0 for s in shapes)  # all 0-d: stack in, unbind out
+        self.send: torch.Tensor = torch.empty(0)
+        self.recv: torch.Tensor = torch.empty(0)
+
+
+class _CatView:
+    """One cat state: its dtype, trailing dims, capacity and where it sits in the row and the table."""
+
+    def __init__(self, index: int, name: str, dtype: torch.dtype, dims: torch.Size, capacity: int) -> None:
+        self.index, self.name, self.dtype, self.dims, self.capacity = index, name, dtype, dims, capacity
+        self.send: torch.Tensor = torch.empty(0)  # (capacity, *dims)
+        self.recv: torch.Tensor = torch.empty(0)  # (W, capacity, *dims)
+        self.last_rows, self.last_dest = -1, self.send  # the slot's first rows, cached for the next pack
+
+
+class SteadyPath:
+    """Round A of one plan through cached views: see the module docstring.
+
+    Build it with :meth:`build` right after a sync in which this rank's states matched the plan.
+    """
+
+    def __init__(
+        self,
+        plan: Any,
+        names: tuple[str, ...],
+        fns: tuple,
+        buckets: list[_BucketView],
+        cats: list[_CatView],
+        world: int,
+        device: torch.device,
+    ) -> None:
+        self.hash, self.names, self.fns, self.world, self.device = plan.signature_hash, names, fns, world, device
+        self.buckets, self.cats = buckets, cats
+        self.row_bytes = plan.row_bytes
+        self.head_bytes = HEADER + 8 * len(cats)
+        self.slots, _ = _layout(self.head_bytes, plan.caps(), plan.row_bytes)
+        self.piece_names = plan.pieces()
+        self._base: torch.Tensor | None = None  # the buffer the views below look into
+        self._cut: tuple = ((), [], {})  # (every rank's header, how to cut cat states, rows if shrinking)
+
+    @classmethod
+    def build(
+        cls, plan: Any, states: dict[str, Any], reductions: dict[str, Any], world: int, device: torch.device
+    ) -> SteadyPath | None:
+        """The plan's steady path, or ``None`` when the plan has parts it cannot do (the general engine does)."""
+        names = tuple(states)
+        if plan.reduced or names != tuple(s[0] for s in plan.signature):
+            return None
+        index = {name: i for i, name in enumerate(names)}
+        buckets = [
+            _BucketView(b.kind, [index[n] for n in b.names], list(b.names), b.dtype, list(b.shapes))
+            for b in plan.buckets
+        ]
+        cats = []
+        for name, kind, code, dims, *_ in plan.signature:
+            if kind == "cat":
+                if code == -1 or reductions[name] not in ("cat", None):
+                    return None
+                dtype = dtype_from_code(code)
+                cats.append(_CatView(index[name], name, dtype, torch.Size(dims), plan.capacity[name]))
+            elif kind not in ("sum", "mean", "min", "max"):
+                return None
+        fns = tuple(reductions[n] for n in names)
+        return cls(plan, names, fns, buckets, cats, world, device)
+
+    # ------------------------------------------------------------------------------------------------ views
+    def _views(self) -> torch.Tensor:
+        """The send row, (re)making the typed views when the shared buffers were replaced; returns the table."""
+        row, table = _buffer_pair(self.device, self.row_bytes, self.world, _SLOT)
+        if row is not self._base:
+            self._base, self._cut = row, ((), [], {})
+            grid = table[: self.world * self.row_bytes].view(self.world, self.row_bytes)
+            self.row, self.table = row[: self.row_bytes], table[: self.world * self.row_bytes]
+            self.grid = grid
+            self.head_send = row[: self.head_bytes].view(torch.int64)
+            self.head_numpy = _numpy_view(self.head_send)
+            self.head_recv = grid[:, : self.head_bytes].view(torch.int64)
+            pieces = [*self.buckets, *self.cats]
+            self.gathered_views: dict[str, torch.Tensor] = {}
+            for name, piece, (offset, cap) in zip(self.piece_names, pieces, self.slots):
+                send = row[offset : offset + cap].view(piece.dtype)
+                recv = grid[:, offset : offset + cap].view(piece.dtype)
+                self.gathered_views[name] = recv
+                if isinstance(piece, _CatView):
+                    send = send.view(piece.capacity, *piece.dims)
+                    recv = recv.view(self.world, piece.capacity, *piece.dims)
+                piece.send, piece.recv = send, recv
+                if isinstance(piece, _CatView):
+                    piece.last_rows = -1
+        return self.table
+
+    # ------------------------------------------------------------------------------------------------- send
+    def pack(self, states: dict[str, Any], reductions: dict[str, Any]) -> bool:
+        """Write this rank's round A row; ``False`` (nothing written that matters) when the states do not fit.
+
+        Runs under ``torch.no_grad()`` (the caller's): the stack/concatenation write into the row in place.
+        """
+        if tuple(states) != self.names or tuple(reductions.values()) != self.fns:
+            return False
+        values = tuple(states.values())
+        self._views()
+        try:
+            for bucket in self.buckets:
+                tensors = [values[i] for i in bucket.indices]
+                for t, shape in zip(tensors, bucket.shapes):
+                    if not isinstance(t, torch.Tensor) or t.dtype is not bucket.dtype or t.shape != shape:
+                        return False
+                if bucket.scalars:
+                    torch.stack(tensors, out=bucket.send)
+                else:
+                    torch.cat([t.reshape(-1) for t in tensors], out=bucket.send)
+            rows, dests, sources = [self.hash, -1], [], []
+            for cat in self.cats:
+                n = _rows_into(values[cat.index], cat, dests, sources)
+                if n < 0:
+                    return False
+                rows.append(n)
+            if dests:
+                _copy_all(dests, sources)
+        except (RuntimeError, TypeError):  # e.g. a state on another device: the general engine says what is wrong
+            return False
+        if self.head_numpy is not None:
+            self.head_numpy[:] = rows
+        else:
+            self.head_send.copy_(torch.tensor(rows, dtype=torch.int64))
+        return True
+
+    def gather(self, group: Group) -> None:
+        """The sync's one collective: every rank's row into the table."""
+        all_gather_flat(self.table, self.row, group)
+
+    # ------------------------------------------------------------------------------------------------ receive
+    def unpack(self) -> tuple[dict[str, Any], dict[str, list[int]]] | None:
+        """Every state's synced value, and every cat state's rows per rank when a capacity is far too large
+        (else ``{}``: the layout stays); ``None`` when a rank's header does not match the plan (a failure marker,
+        other states, a cat state beyond capacity): then the general engine continues from :attr:`grid` and
+        :meth:`gathered`."""
+        heads = tuple(map(tuple, self.head_recv.tolist()))
+        if heads != self._cut[0]:  # not the headers of the previous sync: check them, cut anew
+            if any(h[0] != self.hash for h in heads):
+                return None
+            cut = self._cut_plan(heads)
+            if cut is None:
+                return None
+            self._cut = (heads, *cut)
+        result: dict[str, Any] = {}
+        for bucket in self.buckets:
+            reduced = _reduce_rows(bucket.kind, bucket.recv)
+            if bucket.scalars:
+                result.update(zip(bucket.names, reduced.unbind(0)))
+            else:
+                for name, piece, shape in zip(bucket.names, reduced.split(bucket.numels), bucket.shapes):
+                    result[name] = piece.view(shape)
+        for names, pieces, totals in self._cut[1]:
+            result.update(zip(names, torch.cat(pieces).split(totals)))
+        return {name: result[name] for name in self.names}, self._cut[2]
+
+    def _cut_plan(self, heads: tuple) -> tuple[list, dict[str, list[int]]] | None:
+        """How to read the cat states for these headers, and their rows when a capacity should shrink (else
+        ``{}``); ``None`` when a rank sent more rows than the capacity (the general engine's round B then)."""
+        rows = {cat.name: [h[2 + j] for h in heads] for j, cat in enumerate(self.cats)}
+        if any(max(rows[cat.name]) > cat.capacity for cat in self.cats):
+            return None
+        shrink = any(_oversized(cat.capacity, max(rows[cat.name])) for cat in self.cats)
+        # views of every rank's rows, grouped by (dtype, trailing dims): one concatenation per group gives all of
+        # its states (rank pieces in state-major order), then a split
+        groups: dict[tuple, tuple[list[str], list[torch.Tensor], list[int]]] = {}
+        for cat in self.cats:
+            names, pieces, totals = groups.setdefault((cat.dtype, cat.dims), ([], [], []))
+            names.append(cat.name)
+            pieces += [cat.recv[r, :n] for r, n in enumerate(rows[cat.name])]
+            totals.append(sum(rows[cat.name]))
+        return list(groups.values()), rows if shrink else {}
+
+    def gathered(self) -> dict[str, torch.Tensor]:
+        """Round A's pieces by name as the general engine reads them: ``(W, elements)`` views of the table."""
+        return dict(self.gathered_views)
+
+
+def _rows_into(value: Any, cat: _CatView, dests: list, sources: list) -> int:
+    """Queue the copy of a cat state (a tensor or a non-empty list of them) into its slot; returns its rows, or -1
+    when it does not match the plan (dtype, trailing dims, capacity). A list of several tensors is concatenated
+    into the slot at once."""
+    if isinstance(value, list):
+        if len(value) != 1:
+            if not value:
+                return -1
+            n = 0
+            for t in value:
+                if (
+                    not isinstance(t, torch.Tensor)
+                    or t.dtype is not cat.dtype
+                    or t.ndim == 0
+                    or t.shape[1:] != cat.dims
+                ):
+                    return -1
+                n += t.shape[0]
+            if n > cat.capacity:
+                return -1
+            torch.cat(value, out=cat.send[:n])
+            return n
+        value = value[0]
+    if not isinstance(value, torch.Tensor) or value.dtype is not cat.dtype:
+        return -1
+    if value.ndim == 0:
+        value = value.reshape(1)
+    n = value.shape[0]
+    if n > cat.capacity or value.shape[1:] != cat.dims:
+        return -1
+    if n != cat.last_rows:  # steady batch sizes: the same view of the slot every time
+        cat.last_rows, cat.last_dest = n, cat.send[:n]
+    dests.append(cat.last_dest)
+    sources.append(value)
+    return n
+
+
+def _numpy_view(t: torch.Tensor) -> Any:
+    """A NumPy array sharing ``t``'s memory (writing a few ints into it costs far less than making a tensor),
+    or ``None`` off the CPU or without NumPy."""
+    if t.device.type != "cpu":
+        return None
+    try:
+        return t.numpy()
+    except (RuntimeError, ImportError):
+        return None
+
+
+def _copy_loop(dests: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    for dest, source in zip(dests, sources):
+        dest.copy_(source)
+
+
+# one kernel launch for every cat state where torch has it (a private but long-standing op: optimizers use it)
+_copy_all = getattr(torch, "_foreach_copy_", None) or _copy_loop
