@@ -137,8 +137,9 @@ def _calls_per_block(fn: Callable[[], Any], budget: Budget) -> int:
 
 def _interleaved(
     fns: dict[str, Callable[[], Any]], calls: dict[str, int], repeats: int, sync: Callable[[], None] | None
-) -> dict[str, float]:
-    """Median per-call seconds of each function; blocks of the functions alternate, so load hits them alike."""
+) -> dict[str, list[float]]:
+    """Per-call seconds of each function in each round; blocks of the functions alternate within a round, so
+    load hits them alike."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     enabled = gc.isenabled()
     gc.collect()
@@ -156,7 +157,7 @@ def _interleaved(
     finally:
         if enabled:
             gc.enable()
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
 
 
 def time_local(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, float]:
@@ -165,7 +166,7 @@ def time_local(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, f
         for _ in range(budget.warmup):
             fn()
     calls = {name: _calls_per_block(fn, budget) for name, fn in fns.items()}
-    return _interleaved(fns, calls, budget.repeats, None)
+    return {name: statistics.median(t) for name, t in _interleaved(fns, calls, budget.repeats, None).items()}
 
 
 def time_dist(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, float]:
@@ -175,6 +176,13 @@ def time_dist(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, fl
     collectives; a barrier precedes each block, none runs inside one. Blocks of the functions alternate, so
     a load spike from outside hits them alike. The values are meaningful on rank 0 (the report uses rank 0's).
     """
+    return {name: statistics.median(t) for name, t in time_dist_rounds(fns, budget).items()}
+
+
+def time_dist_rounds(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, list[float]]:
+    """:func:`time_dist`'s per-call seconds of every round (``budget.repeats`` of them, in order) instead of
+    their median: the blocks of one round ran back to back, so ``a[i] / b[i]`` compares them under the same load
+    (see :func:`paired_ratio`)."""
     for fn in fns.values():
         for _ in range(budget.warmup):
             fn()
@@ -214,6 +222,17 @@ def time_round_robin(
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def paired_ratio(a: list[float] | None, b: list[float] | None) -> float | None:
+    """Median over rounds of ``a[i] / b[i]``, for per-round times from :func:`time_dist_rounds`.
+
+    On a shared machine the load drifts between rounds; within a round the blocks ran back to back, so the
+    round's ratio cancels most of the drift, and the median over rounds discards the rounds a spike split.
+    """
+    if not a or not b:
+        return None
+    return statistics.median(x / y for x, y in zip(a, b) if y > 0)
 
 
 # ------------------------------------------------------------------------------------------------ output

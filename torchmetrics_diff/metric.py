@@ -196,6 +196,7 @@ class Metric(nn.Module):
         self._synced_cache: dict[str, Any] | None = None
         self._in_lifecycle = False
         self._sync_plans = {"step": SyncPlan(), "epoch": SyncPlan()}
+        self._list_states: tuple[str, ...] = ()  # names of the list states, in registration order
         self._device = torch.device("cpu")
         self._dtype = torch.get_default_dtype()
 
@@ -239,6 +240,7 @@ class Metric(nn.Module):
         self._defaults[name] = default
         self._reductions[name] = dist_reduce_fx
         self._persistent[name] = persistent
+        self._list_states = tuple(n for n, d in self._defaults.items() if isinstance(d, list))
 
     @staticmethod
     def _fresh(default: torch.Tensor | list) -> torch.Tensor | list:
@@ -755,13 +757,16 @@ def sync_metrics(
     if len(metrics) == 1 and "" in metrics:  # one metric under its own names (Metric.sync, a forward)
         metric = metrics[""]
         own = _scaled(metric, states[""], group) if grad == "local" else states[""]
-        reductions = {name: metric._reductions[name] for name in own}
+        reductions = metric._reductions
+        if len(own) != len(reductions):
+            reductions = {name: reductions[name] for name in own}
         synced = sync_states(
             own, reductions, group, plan=plan, grad=grad, owner=type(metric).__name__, device=metric.device
         )
-        for name, default in metric._defaults.items():
-            if isinstance(default, list) and isinstance(synced.get(name), torch.Tensor):
-                synced[name] = [synced[name]]
+        for name in metric._list_states:
+            value = synced.get(name)
+            if isinstance(value, torch.Tensor):
+                synced[name] = [value]
         return {"": synced}
     flat: dict[str, Any] = {}
     reductions = {}

@@ -6,6 +6,8 @@ rest of the package calls one function per operation and never probes ``torch.di
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any, Optional
 
 import torch
@@ -99,12 +101,36 @@ class CollectiveError(RuntimeError):
     """A collective itself failed: a timeout, a peer that died, a backend error (not a check of ours)."""
 
 
+# How long the caller of a collective on CPU tensors polls for its completion, yielding the CPU between polls,
+# before it blocks in ``Work.wait()``. A blocked thread is put to sleep and woken when the backend's thread
+# finishes; on a busy or virtualised machine that sleep/wake costs tens to hundreds of microseconds, which is as
+# much as a small collective itself (docs/guide/sync_engine.rst, "Waiting"). Polling is bounded, so a rank that
+# waits for a slow peer stops using the CPU after this long.
+_POLL_S = 0.002
+_yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
+
+
+def _wait(work: Any, tensor: torch.Tensor) -> None:
+    """Wait for an asynchronous collective: poll then block on the CPU, just ``wait()`` on accelerators.
+
+    A CUDA work is not polled: ``wait()`` only orders the current stream after it, and polling would make the
+    CPU wait for the GPU.
+    """
+    if work is None:  # a replaced collective (tests) that returned nothing
+        return
+    if tensor.device.type == "cpu":
+        deadline = time.perf_counter() + _POLL_S
+        while not work.is_completed() and time.perf_counter() < deadline:
+            _yield()
+    work.wait()
+
+
 def all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:
     """``out[i * n:(i + 1) * n] = inp`` of rank ``i``, for 1-D ``inp`` of ``n`` elements on every rank."""
     if inp.dtype == torch.bool:  # not every backend reduces or gathers bool; bytes always travel
         out, inp = out.view(torch.uint8), inp.view(torch.uint8)
     try:
-        _all_gather_flat(out, inp, group=group)
+        _wait(_all_gather_flat(out, inp, group=group, async_op=True), inp)
     except RuntimeError as err:
         raise CollectiveError(f"all_gather failed: {err}") from err
 
@@ -112,7 +138,7 @@ def all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -
 def reduce_scatter_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:
     """``out`` = the ``rank``-th of ``W`` equal chunks of the elementwise sum of every rank's ``inp``."""
     try:
-        _reduce_scatter_flat(out, inp, op=dist.ReduceOp.SUM, group=group)
+        _wait(_reduce_scatter_flat(out, inp, op=dist.ReduceOp.SUM, group=group, async_op=True), inp)
     except RuntimeError as err:
         raise CollectiveError(f"reduce_scatter failed: {err}") from err
 
@@ -120,6 +146,6 @@ def reduce_scatter_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = Non
 def all_reduce_(tensor: torch.Tensor, op: str, group: Group = None) -> None:
     """In-place all-reduce of ``tensor`` with ``op`` in ``{"sum", "min", "max"}``."""
     try:
-        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]), group=group)
+        _wait(dist.all_reduce(tensor, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]), group=group, async_op=True), tensor)
     except RuntimeError as err:
         raise CollectiveError(f"all_reduce failed: {err}") from err

@@ -37,6 +37,7 @@ class _BucketView:
         self.kind, self.indices, self.names, self.dtype, self.shapes = kind, indices, names, dtype, shapes
         self.numels = [s.numel() for s in shapes]
         self.scalars = all(len(s) == 0 for s in shapes)  # all 0-d: stack in, unbind out
+        self.expected = [(torch.Tensor, dtype, s) for s in shapes]  # what pack checks its states against
         self.send: torch.Tensor = torch.empty(0)
         self.recv: torch.Tensor = torch.empty(0)
 
@@ -49,6 +50,12 @@ class _CatView:
         self.send: torch.Tensor = torch.empty(0)  # (capacity, *dims)
         self.recv: torch.Tensor = torch.empty(0)  # (W, capacity, *dims)
         self.last_rows, self.last_dest = -1, self.send  # the slot's first rows, cached for the next pack
+
+    def dest(self, rows: int) -> torch.Tensor:
+        """The slot's first ``rows`` rows (the same view again while the batch size stays)."""
+        if rows != self.last_rows:
+            self.last_rows, self.last_dest = rows, self.send[:rows]
+        return self.last_dest
 
 
 class SteadyPath:
@@ -75,6 +82,7 @@ class SteadyPath:
         self.piece_names = plan.pieces()
         self._base: torch.Tensor | None = None  # the buffer the views below look into
         self._cut: tuple = ((), [], {})  # (every rank's header, how to cut cat states, rows if shrinking)
+        self.reorder = True  # whether unpack must reorder its results into the states' order
 
     @classmethod
     def build(
@@ -140,9 +148,8 @@ class SteadyPath:
         try:
             for bucket in self.buckets:
                 tensors = [values[i] for i in bucket.indices]
-                for t, shape in zip(tensors, bucket.shapes):
-                    if not isinstance(t, torch.Tensor) or t.dtype is not bucket.dtype or t.shape != shape:
-                        return False
+                if [(t.__class__, t.dtype, t.shape) for t in tensors] != bucket.expected:
+                    return False
                 if bucket.scalars:
                     torch.stack(tensors, out=bucket.send)
                 else:
@@ -155,7 +162,7 @@ class SteadyPath:
                 rows.append(n)
             if dests:
                 _copy_all(dests, sources)
-        except (RuntimeError, TypeError):  # e.g. a state on another device: the general engine says what is wrong
+        except (RuntimeError, TypeError, AttributeError):  # not a tensor, another device...: the general engine
             return False
         if self.head_numpy is not None:
             self.head_numpy[:] = rows
@@ -181,6 +188,8 @@ class SteadyPath:
             if cut is None:
                 return None
             self._cut = (heads, *cut)
+            produced = [n for b in self.buckets for n in b.names] + [n for names, _, _ in cut[0] for n in names]
+            self.reorder = tuple(produced) != self.names  # results come out bucket by bucket, group by group
         result: dict[str, Any] = {}
         for bucket in self.buckets:
             reduced = _reduce_rows(bucket.kind, bucket.recv)
@@ -190,8 +199,10 @@ class SteadyPath:
                 for name, piece, shape in zip(bucket.names, reduced.split(bucket.numels), bucket.shapes):
                     result[name] = piece.view(shape)
         for names, pieces, totals in self._cut[1]:
-            result.update(zip(names, torch.cat(pieces).split(totals)))
-        return {name: result[name] for name in self.names}, self._cut[2]
+            result.update(zip(names, torch.split_with_sizes(torch.cat(pieces), totals)))
+        if self.reorder:
+            result = {name: result[name] for name in self.names}
+        return result, self._cut[2]
 
     def _cut_plan(self, heads: tuple) -> tuple[list, dict[str, list[int]]] | None:
         """How to read the cat states for these headers, and their rows when a capacity should shrink (else
@@ -245,9 +256,7 @@ def _rows_into(value: Any, cat: _CatView, dests: list, sources: list) -> int:
     n = value.shape[0]
     if n > cat.capacity or value.shape[1:] != cat.dims:
         return -1
-    if n != cat.last_rows:  # steady batch sizes: the same view of the slot every time
-        cat.last_rows, cat.last_dest = n, cat.send[:n]
-    dests.append(cat.last_dest)
+    dests.append(cat.dest(n))
     sources.append(value)
     return n
 
