@@ -240,3 +240,34 @@ def test_capacities_shrink_on_the_steady_path_and_views_follow_the_buffers() -> 
         assert caps[3][0] == [], f"rank {rank}: the resized plan's next sync is the general engine's: {caps[3]}"
         assert caps[4] == ([True], dict.fromkeys(rows_states, 3)), f"rank {rank}: {caps[4]}"
         assert caps[5][0] == [True], f"rank {rank}: steady again after the buffers grew: {caps[5]}"
+
+
+# ------------------------------------------------------------------------ one plan, groups of different sizes
+def _groups_body(rank: int, world: int) -> dict:
+    chk = Checks(f"W={world} rank {rank} ")
+    pair = torch.distributed.new_group([0, 1])
+    plan = SyncPlan()
+    reductions = {"s": "sum", "rows": "cat"}
+
+    def states(sync: int) -> dict:
+        return {"s": _tensor((3,), F64, "s", rank, sync), "rows": [_tensor((2 + rank, 4), F32, "r", rank, sync)]}
+
+    def expected(sync: int, ranks: list[int]) -> dict:
+        s = torch.stack([_tensor((3,), F64, "s", r, sync) for r in ranks]).sum(0)
+        return {"s": s, "rows": torch.cat([_tensor((2 + r, 4), F32, "r", r, sync) for r in ranks])}
+
+    for sync in range(3):  # the whole world: general engine, then steady
+        out = sync_states(states(sync), reductions, plan=plan)
+        chk.close(f"world sync {sync}", out, expected(sync, list(range(world))), atol=0, rtol=0)
+    if rank < 2:  # the same plan over a group of two: its steady path is for three ranks, so it must not be used
+        for sync in range(3, 6):
+            out = sync_states(states(sync), reductions, pair, plan=plan)
+            chk.close(f"pair sync {sync}", out, expected(sync, [0, 1]), atol=0, rtol=0)
+    torch.distributed.barrier()
+    return {"failures": chk.failures}
+
+
+def test_a_plan_used_over_a_smaller_group_gives_that_groups_values() -> None:
+    results = run_distributed(_groups_body, 3, timeout=90)
+    failures = [f for res in results for f in res["failures"]]
+    assert not failures, "\n".join(failures)
