@@ -252,6 +252,14 @@ class MetricCollection(nn.ModuleDict):
             new.postfix = postfix
         return new
 
+    def __getstate__(self) -> dict[str, Any]:
+        # pickles and deep copies start without agreed plans: a plan is only valid while every rank of its group
+        # holds the same one, which a copy made (or loaded) on some ranks does not guarantee
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        state = dict(state)
+        state["_sync_plans"] = {}
+        return state
+
     def persistent(self, mode: bool = True) -> None:
         """Set persistence of every member's states."""
         for m in self.values():

@@ -271,3 +271,46 @@ def test_a_plan_used_over_a_smaller_group_gives_that_groups_values() -> None:
     results = run_distributed(_groups_body, 3, timeout=90)
     failures = [f for res in results for f in res["failures"]]
     assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------------------------------- copies carry no agreed plan
+def _copies_body(rank: int, world: int) -> dict:
+    import copy
+    import pickle
+
+    from torchmetrics_diff import CatMetric, MeanMetric, MetricCollection
+
+    chk = Checks(f"W={world} rank {rank} ")
+    x = _tensor((3 + rank,), F64, "x", rank)
+    every = torch.cat([_tensor((3 + r,), F64, "x", r) for r in range(world)])
+    metric = MeanMetric().set_dtype(F64)
+    coll = MetricCollection({"mean": MeanMetric().set_dtype(F64), "cat": CatMetric().set_dtype(F64)})
+    for _ in range(3):  # agree on plans and arm their steady paths
+        metric.update(x)
+        coll.update(x)
+        metric.compute()
+        coll.compute()
+    copies = {
+        "pickle": lambda obj: pickle.loads(pickle.dumps(obj)),
+        "deepcopy": copy.deepcopy,
+        "clone": lambda obj: obj.clone(),
+    }
+    for how, make in copies.items():
+        m, c = make(metric), make(coll)
+        plans = list(m._sync_plans.values()) + list(c._sync_plans.values())
+        chk.true(f"{how}: fresh plans", all(p.signature_hash == 0 and p.steady is None for p in plans), f"{plans}")
+        m.update(x)
+        c.update(x)
+        chk.close(f"{how}: metric", m.compute(), every.mean(), atol=1e-12, rtol=0)
+        out = c.compute()
+        chk.close(f"{how}: collection mean", out["mean"], every.mean(), atol=1e-12, rtol=0)
+        rows = torch.cat([_tensor((3 + r,), F64, "x", r).repeat(4) for r in range(world)])  # rank by rank
+        chk.close(f"{how}: collection cat", out["cat"], rows, atol=0, rtol=0)
+    chk.close("original still syncs", metric.compute(), every.mean(), atol=1e-12, rtol=0)
+    return {"failures": chk.failures}
+
+
+def test_copies_of_synced_metrics_start_without_a_plan() -> None:
+    results = run_distributed(_copies_body, 2, timeout=90)
+    failures = [f for res in results for f in res["failures"]]
+    assert not failures, "\n".join(failures)
