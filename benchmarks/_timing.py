@@ -22,6 +22,8 @@ import statistics
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -135,16 +137,26 @@ def _calls_per_block(fn: Callable[[], Any], budget: Budget) -> int:
     return max(1, min(10_000, int(budget.block_s / max(per, 1e-7))))
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Collect garbage, then keep the collector off inside the block (timed code must not pay for collections)."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _interleaved(
     fns: dict[str, Callable[[], Any]], calls: dict[str, int], repeats: int, sync: Callable[[], None] | None
 ) -> dict[str, list[float]]:
     """Per-call seconds of each function in each round; blocks of the functions alternate within a round, so
     load hits them alike."""
     times: dict[str, list[float]] = {name: [] for name in fns}
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
+    with _gc_paused():
         for _ in range(repeats):
             for name, fn in fns.items():
                 n = calls[name]
@@ -154,9 +166,6 @@ def _interleaved(
                 for _ in range(n):
                     fn()
                 times[name].append((time.perf_counter() - t0) / n)
-    finally:
-        if enabled:
-            gc.enable()
     return times
 
 
@@ -203,10 +212,7 @@ def time_round_robin(
     """
     before = before or {}
     times: dict[str, list[float]] = {name: [] for name in fns}
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
+    with _gc_paused():
         for _ in range(rounds):
             for name, fn in fns.items():
                 if name in before:
@@ -214,9 +220,6 @@ def time_round_robin(
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)
-    finally:
-        if enabled:
-            gc.enable()
     return {name: statistics.median(t) for name, t in times.items()}
 
 

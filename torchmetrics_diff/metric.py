@@ -754,38 +754,35 @@ def sync_metrics(
         plan: the caller's :class:`~torchmetrics_diff.distributed._sync.SyncPlan`.
         grad: ``"none"`` or ``"local"`` (each metric's ``grad_reduction`` scales its local gradient).
     """
-    if len(metrics) == 1 and "" in metrics:  # one metric under its own names (Metric.sync, a forward)
-        metric = metrics[""]
-        own = _scaled(metric, states[""], group) if grad == "local" else states[""]
-        reductions = metric._reductions
-        if len(own) != len(reductions):
-            reductions = {name: reductions[name] for name in own}
+
+    if len(metrics) == 1 and "" in metrics:  # one metric under its own names (Metric.sync, forward): no renaming
+        metric, own = metrics[""], states[""]
+        own = _scaled(metric, own, group) if grad == "local" else own
+        reductions = {name: metric._reductions[name] for name in own}
         synced = sync_states(
             own, reductions, group, plan=plan, grad=grad, owner=type(metric).__name__, device=metric.device
         )
-        for name in metric._list_states:
-            value = synced.get(name)
-            if isinstance(value, torch.Tensor):
-                synced[name] = [value]
-        return {"": synced}
-    flat: dict[str, Any] = {}
-    reductions = {}
-    for key, metric in metrics.items():
-        own = _scaled(metric, states[key], group) if grad == "local" else states[key]
-        for name, value in own.items():
-            flat[f"{key}.{name}" if key else name] = value
-            reductions[f"{key}.{name}" if key else name] = metric._reductions[name]
-    owner = type(next(iter(metrics.values()))).__name__ if len(metrics) == 1 else "MetricCollection"
-    device = next(iter(metrics.values())).device
-    synced = sync_states(flat, reductions, group, plan=plan, grad=grad, owner=owner, device=device)
-    out: dict[str, dict[str, Any]] = {key: {} for key in metrics}
-    for key, metric in metrics.items():
-        for name in states[key]:
-            value = synced[f"{key}.{name}" if key else name]
-            if isinstance(metric._defaults[name], list) and isinstance(value, torch.Tensor):
-                value = [value]
-            out[key][name] = value
-    return out
+        return {"": _as_lists(metric, synced)}
+    names = {key: {name: f"{key}.{name}" if key else name for name in states[key]} for key in metrics}
+    owned = {key: _scaled(m, states[key], group) if grad == "local" else states[key] for key, m in metrics.items()}
+    flat = {names[key][name]: value for key, own in owned.items() for name, value in own.items()}
+    reductions = {names[key][name]: metrics[key]._reductions[name] for key, own in owned.items() for name in own}
+    first = next(iter(metrics.values()))
+    owner = type(first).__name__ if len(metrics) == 1 else "MetricCollection"
+    synced = sync_states(flat, reductions, group, plan=plan, grad=grad, owner=owner, device=first.device)
+    return {
+        key: _as_lists(metric, {name: synced[flat_name] for name, flat_name in names[key].items()})
+        for key, metric in metrics.items()
+    }
+
+
+def _as_lists(metric: Metric, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with each list state's synced concatenation wrapped in a one-element list, as metrics hold it."""
+    for name in metric._list_states:
+        value = values.get(name)
+        if isinstance(value, torch.Tensor):
+            values[name] = [value]
+    return values
 
 
 def _operator(fn: Callable, reflected: bool = False) -> Callable:

@@ -110,8 +110,8 @@ class SteadyPath:
         return cls(plan, names, fns, buckets, cats, world, device)
 
     # ------------------------------------------------------------------------------------------------ views
-    def _views(self) -> torch.Tensor:
-        """The send row, (re)making the typed views when the shared buffers were replaced; returns the table."""
+    def _views(self) -> None:
+        """(Re)make the typed views when the shared buffers were replaced (or on first use)."""
         row, table = _buffer_pair(self.device, self.row_bytes, self.world, _SLOT)
         if row is not self._base:
             self._base, self._cut = row, ((), [], {})
@@ -130,10 +130,8 @@ class SteadyPath:
                 if isinstance(piece, _CatView):
                     send = send.view(piece.capacity, *piece.dims)
                     recv = recv.view(self.world, piece.capacity, *piece.dims)
+                    piece.last_rows = -1  # its cached slot view belongs to the old buffer
                 piece.send, piece.recv = send, recv
-                if isinstance(piece, _CatView):
-                    piece.last_rows = -1
-        return self.table
 
     # ------------------------------------------------------------------------------------------------- send
     def pack(self, states: dict[str, Any], reductions: dict[str, Any]) -> bool:

@@ -348,10 +348,7 @@ def sync_states(
     plan = plan if plan is not None else SyncPlan()
     steady = plan.steady
     if steady and grad == "none" and steady.world == world and (device or _first_device(states)) == steady.device:
-        if torch.is_grad_enabled():
-            with torch.no_grad():
-                done = _steady_sync(steady, states, reductions, group, plan, rank, world, owner)
-        else:
+        with torch.no_grad():
             done = _steady_sync(steady, states, reductions, group, plan, rank, world, owner)
         if done is not None:
             return done
