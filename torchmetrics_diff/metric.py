@@ -484,7 +484,10 @@ class Metric(nn.Module):
     def _sync_values(self, states: dict[str, Any], grad: str) -> dict[str, Any]:
         """Synced copies of ``states`` (list states become a one-element list holding the concatenation)."""
         if self.dist_sync_fn is not None:
-            return self._sync_with_fn(_scaled(self, states, self.process_group) if grad == "local" else states)
+            if grad == "local":
+                return self._sync_with_fn(_scaled(self, states, self.process_group))
+            with torch.no_grad():
+                return self._sync_with_fn(states)
         return sync_metrics({"": self}, {"": states}, self.process_group, self._plan(grad), grad)[""]
 
     def _plan(self, grad: str) -> SyncPlan:
@@ -542,8 +545,7 @@ class Metric(nn.Module):
             self.dist_sync_fn = dist_sync_fn or self.dist_sync_fn
             self.process_group = group
         try:
-            with torch.no_grad():
-                synced = self._sync_values(local, grad="none")
+            synced = self._sync_values(local, grad="none")  # detached: the engine runs without grad for "none"
         finally:
             if overrides:
                 self.dist_sync_fn, self.process_group = saved_fn, saved_group
@@ -758,7 +760,8 @@ def sync_metrics(
     if len(metrics) == 1 and "" in metrics:  # one metric under its own names (Metric.sync, forward): no renaming
         metric, own = metrics[""], states[""]
         own = _scaled(metric, own, group) if grad == "local" else own
-        reductions = {name: metric._reductions[name] for name in own}
+        every = metric._reductions  # states in add_state order, as metric_state and the batch states are
+        reductions = every if len(own) == len(every) else {name: every[name] for name in own}
         synced = sync_states(
             own, reductions, group, plan=plan, grad=grad, owner=type(metric).__name__, device=metric.device
         )

@@ -6,8 +6,10 @@ rest of the package calls one function per operation and never probes ``torch.di
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+import weakref
 from typing import Any, Optional
 
 import torch
@@ -20,6 +22,12 @@ _all_gather_flat = getattr(dist, "all_gather_single", None) or getattr(dist, "al
 _reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or getattr(dist, "reduce_scatter_tensor", None)
 
 _REDUCE_OPS = {"sum": "SUM", "min": "MIN", "max": "MAX"}
+
+# Switching autograd off and on for one sync. ``torch.no_grad()`` does the same through several Python layers,
+# which cost microseconds each right after a collective (docs/guide/sync_engine.rst, "Waiting"); the C toggle it
+# ends in has been there since torch 1.0, and the public function is the fallback.
+_grad_enabled = torch.is_grad_enabled
+_set_grad_enabled = getattr(torch._C, "_set_grad_enabled", None) or torch.set_grad_enabled
 
 # Stable integer codes so dtypes can travel inside an int64 metadata tensor. Append only.
 _DTYPES: tuple[torch.dtype, ...] = (
@@ -57,6 +65,35 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def _default_group() -> Any:
+    """The default process group, or ``None`` when not running distributed (one attribute read)."""
+    return dist.GroupMember.WORLD if dist.is_available() else None
+
+
+# (weak reference to the group, size, this process's rank) by id of the group object. A group's size and this
+# process's rank in it never change, and every sync asks for both: asking torch.distributed each time costs
+# several microseconds right after a collective (its Python is then out of the CPU's caches). The weak reference
+# tells a live group from a new one that reuses a destroyed group's id.
+_SHAPES: dict[int, tuple[Any, int, int]] = {}
+
+
+def _group_shape(group: Group) -> tuple[int, int]:
+    """``(size, rank)`` of ``group`` for this process; ``(1, 0)`` when not distributed; negative when not a
+    member (never cached)."""
+    world = _default_group()
+    if world is None:
+        return 1, 0
+    pg = world if group is None else group
+    hit = _SHAPES.get(id(pg))
+    if hit is not None and hit[0]() is pg:
+        return hit[1], hit[2]
+    size, rank = dist.get_world_size(pg), dist.get_rank(pg)
+    if size > 0 and rank >= 0:
+        with contextlib.suppress(TypeError):  # a group object without weak references: asked every time
+            _SHAPES[id(pg)] = (weakref.ref(pg), size, rank)
+    return size, rank
+
+
 def group_size(group: Group = None) -> int:
     """Number of ranks in ``group``; 1 when not running distributed.
 
@@ -64,9 +101,7 @@ def group_size(group: Group = None) -> int:
         ValueError: when this process is not a member of ``group`` (its size is unknown here, and a metric
             that went on with its local value would silently disagree with the group).
     """
-    if not is_distributed():
-        return 1
-    size = dist.get_world_size(group)
+    size = _group_shape(group)[0]
     if size < 0:
         group_rank(group)  # raises, naming the group's members
     return size
@@ -85,9 +120,7 @@ def group_rank(group: Group = None) -> int:
     Raises:
         ValueError: when this process is not a member of ``group``.
     """
-    if not is_distributed():
-        return 0
-    rank = dist.get_rank(group)
+    rank = _group_shape(group)[1]
     if rank < 0:
         members = dist.get_process_group_ranks(group)
         raise ValueError(

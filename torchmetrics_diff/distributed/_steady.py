@@ -20,6 +20,7 @@ supported here (``grad="none"`` syncs only): a differentiable sync needs the gen
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -72,9 +73,11 @@ class SteadyPath:
         buckets: list[_BucketView],
         cats: list[_CatView],
         world: int,
+        rank: int,
         device: torch.device,
     ) -> None:
-        self.hash, self.names, self.fns, self.world, self.device = plan.signature_hash, names, fns, world, device
+        self.hash, self.names, self.fns, self.device = plan.signature_hash, names, fns, device
+        self.world, self.rank = world, rank  # the group shape it was built for: it is used for no other
         self.buckets, self.cats = buckets, cats
         self.row_bytes = plan.row_bytes
         self.head_bytes = HEADER + 8 * len(cats)
@@ -82,11 +85,21 @@ class SteadyPath:
         self.piece_names = plan.pieces()
         self._base: torch.Tensor | None = None  # the buffer the views below look into
         self._cut: tuple = ((), [], {})  # (every rank's header, how to cut cat states, rows if shrinking)
+        self.cat_indices = [cat.index for cat in cats]
+        self._all_lists = (list,) * len(cats)
+        self._no_rows = [self.hash, -1]
+        self._memo: tuple | None = None  # (key, slots, header ints) of the last pack: see _pack_cats
         self.reorder = True  # whether unpack must reorder its results into the states' order
 
     @classmethod
     def build(
-        cls, plan: Any, states: dict[str, Any], reductions: dict[str, Any], world: int, device: torch.device
+        cls,
+        plan: Any,
+        states: dict[str, Any],
+        reductions: dict[str, Any],
+        world: int,
+        rank: int,
+        device: torch.device,
     ) -> SteadyPath | None:
         """The plan's steady path, or ``None`` when the plan has parts it cannot do (the general engine does)."""
         names = tuple(states)
@@ -107,14 +120,14 @@ class SteadyPath:
             elif kind not in ("sum", "mean", "min", "max"):
                 return None
         fns = tuple(reductions[n] for n in names)
-        return cls(plan, names, fns, buckets, cats, world, device)
+        return cls(plan, names, fns, buckets, cats, world, rank, device)
 
     # ------------------------------------------------------------------------------------------------ views
     def _views(self) -> None:
         """(Re)make the typed views when the shared buffers were replaced (or on first use)."""
         row, table = _buffer_pair(self.device, self.row_bytes, self.world, _SLOT)
         if row is not self._base:
-            self._base, self._cut = row, ((), [], {})
+            self._base, self._cut, self._memo = row, ((), [], {}), None
             grid = table[: self.world * self.row_bytes].view(self.world, self.row_bytes)
             self.row, self.table = row[: self.row_bytes], table[: self.world * self.row_bytes]
             self.grid = grid
@@ -152,14 +165,9 @@ class SteadyPath:
                     torch.stack(tensors, out=bucket.send)
                 else:
                     torch.cat([t.reshape(-1) for t in tensors], out=bucket.send)
-            rows, dests, sources = [self.hash, -1], [], []
-            for cat in self.cats:
-                n = _rows_into(values[cat.index], cat, dests, sources)
-                if n < 0:
-                    return False
-                rows.append(n)
-            if dests:
-                _copy_all(dests, sources)
+            rows = self._pack_cats(values) if self.cats else self._no_rows
+            if rows is None:
+                return False
         except (RuntimeError, TypeError, AttributeError):  # not a tensor, another device...: the general engine
             return False
         if self.head_numpy is not None:
@@ -167,6 +175,38 @@ class SteadyPath:
         else:
             self.head_send.copy_(torch.tensor(rows, dtype=torch.int64))
         return True
+
+    def _pack_cats(self, values: tuple) -> list[int] | None:
+        """Copy every cat state into its slot; the header's ints (hash, -1, rows per cat state), or ``None`` when
+        a cat state does not fit the plan.
+
+        When every cat state is one tensor (or a list of one) of the same types, dtypes and shapes as at the last
+        pack, the checks that pack made still hold: its slots and header are reused (a few C-level passes over
+        the states instead of a Python loop with a dozen operations per state).
+        """
+        sources = [values[i] for i in self.cat_indices]
+        kinds = tuple(map(type, sources))
+        key = None
+        if kinds == self._all_lists and all(map(_one, map(len, sources))):
+            sources = list(map(_first, sources))
+            key = (kinds, tuple(map(type, sources)), tuple(map(_dtype, sources)), tuple(map(_shape, sources)))
+        elif list not in kinds:
+            key = (kinds, kinds, tuple(map(_dtype, sources)), tuple(map(_shape, sources)))
+        memo = self._memo
+        if key is not None and memo is not None and key == memo[0]:
+            _copy_all(memo[1], sources)
+            return memo[2]
+        rows, dests, sources = [self.hash, -1], [], []
+        for cat in self.cats:
+            n = _rows_into(values[cat.index], cat, dests, sources)
+            if n < 0:
+                return None
+            rows.append(n)
+        if dests:
+            _copy_all(dests, sources)
+        # remembered only when every state was one tensor: then ``dests`` has one slot per state, in order
+        self._memo = (key, dests, rows) if key is not None and len(dests) == len(self.cats) else None
+        return rows
 
     def gather(self, group: Group) -> None:
         """The sync's one collective: every rank's row into the table."""
@@ -215,7 +255,8 @@ class SteadyPath:
         for cat in self.cats:
             names, pieces, totals = groups.setdefault((cat.dtype, cat.dims), ([], [], []))
             names.append(cat.name)
-            pieces += [cat.recv[r, :n] for r, n in enumerate(rows[cat.name])]
+            # this rank's rows from its own send row: the same bytes, still in this core's cache
+            pieces += [cat.send[:n] if r == self.rank else cat.recv[r, :n] for r, n in enumerate(rows[cat.name])]
             totals.append(sum(rows[cat.name]))
         return list(groups.values()), rows if shrink else {}
 
@@ -257,6 +298,12 @@ def _rows_into(value: Any, cat: _CatView, dests: list, sources: list) -> int:
     dests.append(cat.dest(n))
     sources.append(value)
     return n
+
+
+_first = operator.itemgetter(0)
+_dtype = operator.attrgetter("dtype")
+_shape = operator.attrgetter("shape")
+_one = (1).__eq__
 
 
 def _numpy_view(t: torch.Tensor) -> Any:

@@ -38,6 +38,8 @@ from torchmetrics_diff.distributed._autograd import _AllReduce, scale_grad
 from torchmetrics_diff.distributed._backend import (
     CollectiveError,
     Group,
+    _grad_enabled,
+    _set_grad_enabled,
     default_device,
     dtype_code,
     dtype_from_code,
@@ -347,9 +349,20 @@ def sync_states(
     rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
     steady = plan.steady
-    if steady and grad == "none" and steady.world == world and (device or _first_device(states)) == steady.device:
-        with torch.no_grad():
+    if (
+        steady
+        and grad == "none"
+        and (steady.world, steady.rank) == (world, rank)
+        and (device or _first_device(states)) == steady.device
+    ):
+        enabled = _grad_enabled()
+        if enabled:  # torch.no_grad() without its Python layers (microseconds right after a collective)
+            _set_grad_enabled(False)
+        try:
             done = _steady_sync(steady, states, reductions, group, plan, rank, world, owner)
+        finally:
+            if enabled:
+                _set_grad_enabled(True)
         if done is not None:
             return done
     try:  # a bad argument, a failed concatenation, an unknown dtype on one rank: the others must not wait
@@ -365,7 +378,7 @@ def sync_states(
     with torch.enable_grad() if track else torch.no_grad():
         result = _Sync(entries, plan, group, rank, world, owner, device).run(local_hash, local_sig)
     if grad == "none":
-        _arm(plan, local_hash, states, reductions, world, device)
+        _arm(plan, local_hash, states, reductions, world, rank, device)
     return result
 
 
@@ -375,11 +388,12 @@ def _arm(
     states: dict[str, State],
     reductions: dict[str, Reduction],
     world: int,
+    rank: int,
     device: torch.device,
 ) -> None:
     """After a sync of the general engine: give the plan a steady path if it has none and this rank matched it."""
     if plan.steady is None and local_hash == plan.signature_hash:
-        plan.steady = SteadyPath.build(plan, states, reductions, world, device) or False
+        plan.steady = SteadyPath.build(plan, states, reductions, world, rank, device) or False
 
 
 def _steady_sync(
@@ -405,7 +419,7 @@ def _steady_sync(
         local_hash, local_sig = _local_signature(entries, plan)
         sync = _Sync(entries, plan, group, rank, world, owner, steady.device)
         result = sync.after_round_a(steady.grid, steady.gathered(), local_sig)
-        _arm(plan, local_hash, states, reductions, world, steady.device)
+        _arm(plan, local_hash, states, reductions, world, rank, steady.device)
         return result
     values, rows = done
     if rows:

@@ -273,6 +273,55 @@ def test_a_plan_used_over_a_smaller_group_gives_that_groups_values() -> None:
     assert not failures, "\n".join(failures)
 
 
+# ------------------------------------------------------------- one plan, same group size, another rank in the group
+def _ranks_body(rank: int, world: int) -> dict:
+    """Global rank 1 arms its plan's steady path as rank 1 of the pair [0, 1], then syncs over the pair [1, 2],
+    where it is rank 0; global rank 2 armed its plan as rank 1 of [0, 2] and is rank 1 of [1, 2] again."""
+    chk = Checks(f"W={world} rank {rank} ")
+    pairs = {"a": [0, 1], "c": [0, 2], "b": [1, 2]}
+    groups = {name: torch.distributed.new_group(ranks) for name, ranks in pairs.items()}  # every rank calls new_group
+    plans = {name: SyncPlan() for name in pairs}
+    reductions = {"s": "sum", "rows": "cat"}
+
+    def value(g: int, ranks: list[int], sync: int) -> dict:
+        # rows follow the rank in the group, so every plan sees the same rows and agrees on the same capacity
+        rows = _tensor((2 + ranks.index(g), 4), F32, "r", g, sync)
+        return {"s": _tensor((3,), F64, "s", g, sync), "rows": [rows]}
+
+    def sync_over(name: str, plan: SyncPlan, syncs: range) -> None:
+        ranks = pairs[name]
+        for sync in syncs:
+            with _packs() as packs:
+                out = sync_states(value(rank, ranks, sync), reductions, groups[name], plan=plan)
+            every = [value(g, ranks, sync) for g in ranks]
+            want = {"s": torch.stack([v["s"] for v in every]).sum(0), "rows": torch.cat([v["rows"][0] for v in every])}
+            chk.close(f"{name} sync {sync}", out, want, atol=0, rtol=0)
+            log.append((name, sync, packs))
+
+    log: list = []
+    if rank in (0, 1):  # phase 1: rank 1 arms its plan as rank 1 of [0, 1]
+        sync_over("a", plans["a"] if rank == 0 else plans["b"], range(3))
+    torch.distributed.barrier()
+    if rank in (0, 2):  # phase 2: rank 2 arms its plan as rank 1 of [0, 2]
+        sync_over("c", plans["c"] if rank == 0 else plans["b"], range(3, 6))
+    torch.distributed.barrier()
+    if rank in (1, 2):  # phase 3: one pair of plans with the same history; rank 1 is now rank 0 of the pair
+        sync_over("b", plans["b"], range(6, 9))
+    torch.distributed.barrier()
+    return {"failures": chk.failures, "log": log}
+
+
+def test_a_steady_path_is_used_only_at_the_rank_it_was_built_for() -> None:
+    results = run_distributed(_ranks_body, 3, timeout=90)
+    failures = [f for res in results for f in res["failures"]]
+    assert not failures, "\n".join(failures)
+    phase3 = {rank: [packs for name, _, packs in res["log"] if name == "b"] for rank, res in enumerate(results)}
+    # rank 2 keeps its rank (1) and stays steady; rank 1 must not use the path it built as rank 1 (its own rows would
+    # land in rank 1's place): it takes the general engine, whose round A interoperates with rank 2's steady row
+    assert phase3[2] == [[True]] * 3, f"rank 2: steady over [1, 2] expected: {phase3[2]}"
+    assert phase3[1] == [[]] * 3, f"rank 1: its steady path (built as rank 1) must not be used as rank 0: {phase3[1]}"
+
+
 # ---------------------------------------------------------------------------------- copies carry no agreed plan
 def _copies_body(rank: int, world: int) -> dict:
     import copy
