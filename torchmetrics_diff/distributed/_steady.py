@@ -51,6 +51,7 @@ class _CatView:
         self.send: torch.Tensor = torch.empty(0)  # (capacity, *dims)
         self.recv: torch.Tensor = torch.empty(0)  # (W, capacity, *dims)
         self.last_rows, self.last_dest = -1, self.send  # the slot's first rows, cached for the next pack
+        self.offset = 0  # bytes from the start of the row to its slot
 
     def dest(self, rows: int) -> torch.Tensor:
         """The slot's first ``rows`` rows (the same view again while the batch size stays)."""
@@ -86,7 +87,7 @@ class SteadyPath:
         self._base: torch.Tensor | None = None  # the buffer the views below look into
         self._cut: tuple = ((), [], {})  # (every rank's header, how to cut cat states, rows if shrinking)
         self.cat_indices = [cat.index for cat in cats]
-        self._all_lists = (list,) * len(cats)
+        self._all_lists, self._ones = (list,) * len(cats), (1,) * len(cats)
         self._no_rows = [self.hash, -1]
         self._memo: tuple | None = None  # (key, slots, header ints) of the last pack: see _pack_cats
         self.reorder = True  # whether unpack must reorder its results into the states' order
@@ -134,6 +135,7 @@ class SteadyPath:
             self.head_send = row[: self.head_bytes].view(torch.int64)
             self.head_numpy = _numpy_view(self.head_send)
             self.head_recv = grid[:, : self.head_bytes].view(torch.int64)
+            self.head_recv_numpy = _numpy_view(self.head_recv)
             pieces = [*self.buckets, *self.cats]
             self.gathered_views: dict[str, torch.Tensor] = {}
             for name, piece, (offset, cap) in zip(self.piece_names, pieces, self.slots):
@@ -141,6 +143,7 @@ class SteadyPath:
                 recv = grid[:, offset : offset + cap].view(piece.dtype)
                 self.gathered_views[name] = recv
                 if isinstance(piece, _CatView):
+                    piece.offset = offset
                     send = send.view(piece.capacity, *piece.dims)
                     recv = recv.view(self.world, piece.capacity, *piece.dims)
                     piece.last_rows = -1  # its cached slot view belongs to the old buffer
@@ -187,11 +190,11 @@ class SteadyPath:
         sources = [values[i] for i in self.cat_indices]
         kinds = tuple(map(type, sources))
         key = None
-        if kinds == self._all_lists and all(map(_one, map(len, sources))):
+        if kinds == self._all_lists and tuple(map(len, sources)) == self._ones:
             sources = list(map(_first, sources))
-            key = (kinds, tuple(map(type, sources)), tuple(map(_dtype, sources)), tuple(map(_shape, sources)))
+            key = (kinds, tuple(map(_dtype_shape, sources)))
         elif list not in kinds:
-            key = (kinds, kinds, tuple(map(_dtype, sources)), tuple(map(_shape, sources)))
+            key = (kinds, tuple(map(_dtype_shape, sources)))
         memo = self._memo
         if key is not None and memo is not None and key == memo[0]:
             _copy_all(memo[1], sources)
@@ -218,14 +221,16 @@ class SteadyPath:
         (else ``{}``: the layout stays); ``None`` when a rank's header does not match the plan (a failure marker,
         other states, a cat state beyond capacity): then the general engine continues from :attr:`grid` and
         :meth:`gathered`."""
-        heads = tuple(map(tuple, self.head_recv.tolist()))
-        if heads != self._cut[0]:  # not the headers of the previous sync: check them, cut anew
+        raw = self.head_recv_numpy
+        key = raw.tobytes() if raw is not None else self.head_recv.tolist()  # every rank's header
+        if key != self._cut[0]:  # not the headers of the previous sync: check them, cut anew
+            heads = tuple(map(tuple, self.head_recv.tolist()))
             if any(h[0] != self.hash for h in heads):
                 return None
             cut = self._cut_plan(heads)
             if cut is None:
                 return None
-            self._cut = (heads, *cut)
+            self._cut = (key, *cut)
             produced = [n for b in self.buckets for n in b.names] + [n for names, _, _ in cut[0] for n in names]
             self.reorder = tuple(produced) != self.names  # results come out bucket by bucket, group by group
         result: dict[str, Any] = {}
@@ -237,7 +242,10 @@ class SteadyPath:
                 for name, piece, shape in zip(bucket.names, reduced.split(bucket.numels), bucket.shapes):
                     result[name] = piece.view(shape)
         for names, pieces, totals in self._cut[1]:
-            result.update(zip(names, torch.split_with_sizes(torch.cat(pieces), totals)))
+            if totals is None:  # one (states, rows, *dims) view per rank: concatenate the ranks, one result per state
+                result.update(zip(names, torch.cat(pieces, 1).unbind(0)))
+            else:
+                result.update(zip(names, torch.split_with_sizes(torch.cat(pieces), totals)))
         if self.reorder:
             result = {name: result[name] for name in self.names}
         return result, self._cut[2]
@@ -249,16 +257,44 @@ class SteadyPath:
         if any(max(rows[cat.name]) > cat.capacity for cat in self.cats):
             return None
         shrink = any(_oversized(cat.capacity, max(rows[cat.name])) for cat in self.cats)
-        # views of every rank's rows, grouped by (dtype, trailing dims): one concatenation per group gives all of
-        # its states (rank pieces in state-major order), then a split
-        groups: dict[tuple, tuple[list[str], list[torch.Tensor], list[int]]] = {}
+        by_kind: dict[tuple, list[_CatView]] = {}
         for cat in self.cats:
-            names, pieces, totals = groups.setdefault((cat.dtype, cat.dims), ([], [], []))
-            names.append(cat.name)
-            # this rank's rows from its own send row: the same bytes, still in this core's cache
-            pieces += [cat.send[:n] if r == self.rank else cat.recv[r, :n] for r, n in enumerate(rows[cat.name])]
-            totals.append(sum(rows[cat.name]))
-        return list(groups.values()), rows if shrink else {}
+            by_kind.setdefault((cat.dtype, cat.dims), []).append(cat)
+        groups = []
+        for cats in by_kind.values():
+            names = [cat.name for cat in cats]
+            uniform = self._uniform_views(cats, rows)
+            if uniform is not None:
+                groups.append((names, uniform, None))
+                continue
+            # views of every rank's rows: one concatenation gives all of the group's states (rank pieces in
+            # state-major order), then a split; this rank's rows come from its own send row (the same bytes, still
+            # in this core's cache)
+            pieces = [
+                cat.send[:n] if r == self.rank else cat.recv[r, :n]
+                for cat in cats
+                for r, n in enumerate(rows[cat.name])
+            ]
+            groups.append((names, pieces, [sum(rows[cat.name]) for cat in cats]))
+        return groups, rows if shrink else {}
+
+    def _uniform_views(self, cats: list[_CatView], rows: dict[str, list[int]]) -> list[torch.Tensor] | None:
+        """For cat states of one dtype and trailing dims whose slots are evenly spaced in the row and whose rows agree
+        rank by rank (e.g. predictions and targets): one ``(states, rows, *dims)`` strided view per rank, so that
+        one concatenation along dim 1 gives every state's result. ``None`` otherwise."""
+        first = cats[0]
+        if len(cats) < 2 or any(rows[cat.name] != rows[first.name] for cat in cats):
+            return None
+        step = cats[1].offset - first.offset
+        itemsize = first.send.element_size()
+        if step % itemsize or any(b.offset - a.offset != step for a, b in zip(cats, cats[1:])):
+            return None
+        views = []
+        for r, n in enumerate(rows[first.name]):
+            slot = first.send[:n] if r == self.rank else first.recv[r, :n]  # the first state's rows of rank r
+            size, stride = (len(cats), *slot.shape), (step // itemsize, *slot.stride())
+            views.append(slot.as_strided(size, stride, slot.storage_offset()))
+        return views
 
     def gathered(self) -> dict[str, torch.Tensor]:
         """Round A's pieces by name as the general engine reads them: ``(W, elements)`` views of the table."""
@@ -301,9 +337,7 @@ def _rows_into(value: Any, cat: _CatView, dests: list, sources: list) -> int:
 
 
 _first = operator.itemgetter(0)
-_dtype = operator.attrgetter("dtype")
-_shape = operator.attrgetter("shape")
-_one = (1).__eq__
+_dtype_shape = operator.attrgetter("dtype", "shape")
 
 
 def _numpy_view(t: torch.Tensor) -> Any:
