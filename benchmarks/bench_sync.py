@@ -318,7 +318,9 @@ def _scalar_table(res: dict, world: int) -> str:
     )
 
 
-def _cat_table(res: dict, world: int) -> str:
+def _cat_table(res: dict, world: int, runs: list[dict] | None = None) -> str:
+    """The cat-state table; with ``runs`` (the runs pooled into ``res``), a note of each run's own ratio at the
+    largest K, which shows how far independent runs scatter around the pooled value."""
     rows_per_rank = ", ".join(str(_rows(r)) for r in range(world))
     rows = []
     for k in CAT_K:
@@ -335,8 +337,17 @@ def _cat_table(res: dict, world: int) -> str:
             "ours and torchmetrics: `metric.sync(); metric.unsync()` (each list holds one tensor);",
             f"floor: one `{_all_gather_flat.__name__}` of max rows x K x {WIDTH} float32 per rank.",
             _RATIO_NOTE,
+            *_spread(runs, ("cat", CAT_K[-1])),
         ],
     )
+
+
+def _spread(runs: list[dict] | None, case: tuple) -> list[str]:
+    """A note line: ours/floor of ``case`` in each run alone (nothing for a single run)."""
+    if not runs or len(runs) < 2:
+        return []
+    each = ", ".join(fx(_paired(run, case, "ours", "floor")) for run in runs)
+    return [f"ours/floor at K={case[-1]} in each of the {len(runs)} runs alone: {each}"]
 
 
 def _collection_table(res: dict, world: int) -> str:
@@ -430,9 +441,10 @@ def main(args: Any) -> list[Check]:
     # (fresh processes and process groups): on a shared machine a whole run can land on a slow placement or
     # memory layout, which more rounds within one run do not average out.
     runs = 1 if getattr(args, "quick", False) else W2_RUNS
-    res2 = _pooled([run_spawned(_dist_worker, 2, budget, ("scalar", "cat", "collection", "step")) for _ in range(runs)])
+    runs2 = [run_spawned(_dist_worker, 2, budget, ("scalar", "cat", "collection", "step")) for _ in range(runs)]
+    res2 = _pooled(runs2)
     print(_scalar_table(res2, 2))
-    print(_cat_table(res2, 2))
+    print(_cat_table(res2, 2, runs2))
     print(_collection_table(res2, 2))
     res3 = run_spawned(_dist_worker, 3, budget, ("scalar", "cat"))
     print(_scalar_table(res3, 3))
