@@ -277,8 +277,8 @@ def _local_worker(rank: int, world: int, budget: Budget, rounds: dict[str, int])
 # -------------------------------------------------------------------------------------------------- report
 _RATIO_NOTE = (
     "ms: median over rounds; ratios: median over rounds of the round's ratio (the blocks of one round run back "
-    f"to back, so each ratio compares them under the same load). At W=2 the rounds of {W2_RUNS} independent runs "
-    "are pooled."
+    f"to back, so each ratio compares them under the same load). At W=2 (without --quick) the rounds of {W2_RUNS} "
+    "independent runs are pooled."
 )
 
 
