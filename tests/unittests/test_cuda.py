@@ -7,11 +7,12 @@ two gloo ranks) live in ``tests/unittests/reliability/test_devices.py``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 import torch
 
+from tests.unittests.metric._helpers import tensor_devices
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._sync import sync_states
@@ -33,18 +34,8 @@ def device() -> torch.device:
     return torch.device("cuda:0")
 
 
-def _devices(value: Any) -> set[torch.device]:
-    if isinstance(value, torch.Tensor):
-        return {value.device}
-    if isinstance(value, (list, tuple)):
-        return set().union(*map(_devices, value)) if value else set()
-    if isinstance(value, dict):
-        return _devices(list(value.values()))
-    return set()
-
-
 def _on(metric: Metric, device: torch.device) -> None:
-    where = _devices(metric.metric_state) | _devices(metric._defaults)
+    where = tensor_devices(metric.metric_state) | tensor_devices(metric._defaults)
     assert where <= {device}, f"{type(metric).__name__} states on {where}, expected {device}"
     assert metric.device == device
 
@@ -87,7 +78,7 @@ def test_aggregator_states_stay_on_the_device(cls: type, device: torch.device) -
 def _check_collection_and_state_dict(device: torch.device) -> None:
     coll = MetricCollection({"mean": MeanMetric(), "cat": CatMetric()}).to(device)
     coll.update(torch.tensor([1.0, 3.0], device=device))
-    assert _devices(coll.compute()) == {device}
+    assert tensor_devices(coll.compute()) == {device}
     source = MeanMetric()
     source.persistent(True)
     source.update(torch.tensor([2.0, 4.0]))
@@ -148,7 +139,7 @@ def _check_loss(name: str, device: torch.device) -> None:
         assert value.device == where, f"{name}: value on {value.device}, expected {where}"
         value.backward()
         assert all(x.grad is not None and x.grad.device == where for x in inputs), f"{name}: gradients not on {where}"
-        assert _devices(loss.metric_state) <= {where}, f"{name}: states on {_devices(loss.metric_state)}"
+        assert tensor_devices(loss.metric_state) <= {where}, f"{name}: states on {tensor_devices(loss.metric_state)}"
         assert loss.compute().device == where
         values[where.type] = value.detach().cpu()
         grads[where.type] = [x.grad.cpu() for x in inputs]
@@ -167,7 +158,7 @@ def _check_collectives_world_size_1(device: torch.device) -> None:
     x = torch.arange(6.0, device=device).reshape(2, 3).requires_grad_(True)
     for mode in ("none", "local", "sync"):
         slots = gather_all_tensors(x, grad=mode)
-        assert _devices(slots) == {device}
+        assert tensor_devices(slots) == {device}
         assert all_gather_cat(x, grad=mode).device == device
         for op in ("sum", "mean", "min", "max"):
             assert all_reduce(x, op, grad=mode).device == device
@@ -175,7 +166,7 @@ def _check_collectives_world_size_1(device: torch.device) -> None:
     assert x.grad is not None and x.grad.device == device
     states = {"total": torch.ones(2, device=device), "rows": [torch.ones(2, 3, device=device)], "peak": x.detach()}
     synced = sync_states(states, {"total": "sum", "rows": "cat", "peak": "max"}, device=device)
-    assert _devices(synced) == {device}
+    assert tensor_devices(synced) == {device}
 
 
 def test_collectives_world_size_1_on_the_device(device: torch.device) -> None:

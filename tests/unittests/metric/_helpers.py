@@ -190,6 +190,17 @@ class VectorSum(Metric):
 # ------------------------------------------------------------------------------------------------ checking
 
 
+def tensor_devices(value: Any) -> set[torch.device]:
+    """Every device of the tensors in ``value`` (a tensor, or lists, tuples and dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        return {value.device}
+    if isinstance(value, (list, tuple)):
+        return set().union(*map(tensor_devices, value)) if value else set()
+    if isinstance(value, dict):
+        return tensor_devices(list(value.values()))
+    return set()
+
+
 class Checks:
     """Collects failures as readable strings, so one run reports every broken case and ranks stay in step."""
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.unittests._harness import run_distributed
+from tests.unittests.metric._helpers import tensor_devices
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
@@ -36,50 +37,40 @@ pytestmark = pytest.mark.timeout(120)
 META = torch.device("meta")
 
 
-def _devices(value: Any) -> set[torch.device]:
-    if isinstance(value, torch.Tensor):
-        return {value.device}
-    if isinstance(value, (list, tuple)):
-        return set().union(*map(_devices, value)) if value else set()
-    if isinstance(value, dict):
-        return _devices(list(value.values()))
-    return set()
-
-
 @pytest.mark.parametrize("cls", [SumMetric, MeanMetric, CatMetric])
 def test_states_follow_the_metric_to_another_device(cls: type) -> None:
     """``nan_strategy="disable"``: the NaN check reads a value (``.any()``), which a meta tensor does not have."""
     metric = cls(nan_strategy="disable").to("meta")
     assert metric.device == META
-    assert _devices(metric.metric_state) <= {META}
+    assert tensor_devices(metric.metric_state) <= {META}
     x = torch.ones(3, device=META)
     metric.update(x)
     metric.update(2.0)  # a Python number is made a tensor on the metric's device
-    assert _devices(metric.metric_state) == {META}, metric.metric_state
+    assert tensor_devices(metric.metric_state) == {META}, metric.metric_state
     assert metric(x).device == META
     assert metric.compute().device == META
-    assert _devices(metric.metric_state) == {META}
+    assert tensor_devices(metric.metric_state) == {META}
     metric.set_dtype(torch.float64)
-    assert _devices(metric.metric_state) <= {META} and metric.compute().device == META
+    assert tensor_devices(metric.metric_state) <= {META} and metric.compute().device == META
     metric.reset()
-    assert _devices(metric.metric_state) <= {META}
-    assert _devices(metric._defaults) <= {META}
+    assert tensor_devices(metric.metric_state) <= {META}
+    assert tensor_devices(metric._defaults) <= {META}
 
 
 def test_collection_follows_to_another_device() -> None:
     coll = MetricCollection([SumMetric(nan_strategy="disable"), CatMetric(nan_strategy="disable")]).to("meta")
     coll.update(torch.ones(2, device=META))
     assert all(m.device == META for m in coll.values())
-    assert _devices(coll.compute()) == {META}
+    assert tensor_devices(coll.compute()) == {META}
 
 
 def test_world_size_1_keeps_the_device() -> None:
     """Without a process group nothing is communicated and nothing is moved, whatever ``device`` says."""
     states = {"total": torch.ones(2, device=META), "rows": [torch.ones(2, 3, device=META)]}
     synced = sync_states(states, {"total": "sum", "rows": "cat"}, device=META)
-    assert _devices(synced) == {META}
+    assert tensor_devices(synced) == {META}
     x = torch.ones(2, 3, device=META)
-    assert _devices(gather_all_tensors(x)) == {META}
+    assert tensor_devices(gather_all_tensors(x)) == {META}
     assert all_gather_cat(x).device == META
     assert all_reduce(x, "max").device == META
 
@@ -115,8 +106,8 @@ def _buffers_body(rank: int, world: int) -> dict[str, Any]:
         _rows.all_gather_flat = _steady.all_gather_flat = original
     return {
         "buffers": seen,
-        "results": sorted(str(d) for d in _devices(synced) | _devices([value, computed])),
-        "states": sorted(str(d) for d in _devices(metric.metric_state)),
+        "results": sorted(str(d) for d in tensor_devices(synced) | tensor_devices([value, computed])),
+        "states": sorted(str(d) for d in tensor_devices(metric.metric_state)),
         "rows": tuple(synced["rows"].shape),
         "cached": sorted({str(k[0]) for k in _rows._BUFFERS}),
     }
