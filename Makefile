@@ -10,11 +10,16 @@ STAMP  := $(VENV)/.installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# CPU torch first (a pinned wheel; never a CUDA build), then the package with its extras.
-$(STAMP): pyproject.toml | $(PY)
+# CPU torch first (a pinned wheel; never a CUDA build), then the package with its extras, every resolve
+# constrained to that torch (lightning, torchmetrics & co. must never replace it by a CUDA build).
+CONSTRAINTS := $(VENV)/constraints.txt
+PIP := $(PY) -m pip install -q -c $(CONSTRAINTS)
+
+$(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test,docs]"
+	echo "$(TORCH)" > $(CONSTRAINTS)
+	$(PIP) "$(TORCH)"
+	$(PIP) -e ".[test,docs]"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -33,11 +38,11 @@ docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
 bench: $(STAMP)
-	$(PY) -m pip install -q torchmetrics
+	$(PIP) -e ".[bench]"
 	$(PY) benchmarks/run_all.py
 
 lint: $(STAMP)
-	$(PY) -m pip install -q ruff
+	$(PIP) ruff
 	$(PY) -m ruff check torchmetrics_diff tests benchmarks examples
 
 clean:
