@@ -32,9 +32,7 @@ def _as_dict(value: Any, name: str) -> dict[str, torch.Tensor]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = torch.tensor(float(value))
     if not isinstance(value, torch.Tensor):
-        raise ValueError(
-            f"`val` must hold tensors, numbers or dicts of them; got {type(value).__name__} for {name!r}"
-        )
+        raise ValueError(f"`val` must hold tensors, numbers or dicts of them; got {type(value).__name__} for {name!r}")
     return {name: value.detach().cpu().double()}
 
 
@@ -93,11 +91,15 @@ def plot_values(
         if matrices:
             if len(values) != 1:
                 raise ValueError("`val`: a 2-D value is drawn as an image on its own; plot dict entries separately")
-            (label, t), = matrices.items()
+            ((label, t),) = matrices.items()
             image = ax.imshow(t.numpy(), cmap="viridis")
             fig.colorbar(image, ax=ax)
+            ax.set_xticks(range(t.shape[1]))
+            ax.set_yticks(range(t.shape[0]))
+            middle = (float(t.min()) + float(t.max())) / 2
             for (i, j), x in zip(((i, j) for i in range(t.shape[0]) for j in range(t.shape[1])), t.flatten().tolist()):
-                ax.text(j, i, f"{x:.3g}", ha="center", va="center", color="w", fontsize=8)
+                color = "black" if x > middle else "white"  # viridis is bright at the top
+                ax.text(j, i, f"{x:.3g}", ha="center", va="center", color=color, fontsize=8)
             ax.set_title(title)
             return fig, ax
         series = _series([values])
@@ -105,6 +107,7 @@ def plot_values(
             ax.plot([i], ys, marker="o", linestyle="", label=label)
             ax.annotate(f"{ys[0]:.4g}", (i, ys[0]), textcoords="offset points", xytext=(6, 6))
         ax.set_xticks(range(len(series)), list(series), rotation=30 if len(series) > 4 else 0)
+        ax.margins(x=0.25)  # room for the numbers written beside the outer markers
     if lower_bound is not None or upper_bound is not None:
         ax.set_ylim(bottom=lower_bound, top=upper_bound)
     ax.set_title(title)

@@ -13,7 +13,7 @@ from typing import Any
 from torch import nn
 
 from torchmetrics_diff.composition import _route_kwargs
-from torchmetrics_diff.distributed._backend import Group, group_size
+from torchmetrics_diff.distributed._backend import Group
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync
 from torchmetrics_diff.metric import Metric, _detach, sync_metrics
 

@@ -33,8 +33,10 @@ def rank_rows(rank: int) -> slice:
 
 def initial_weights() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(7)
-    return (torch.randn(OUT, DIM, generator=g, dtype=torch.float64) / 2,
-            torch.randn(OUT, DIM, generator=g, dtype=torch.float64) / 2)
+    return (
+        torch.randn(OUT, DIM, generator=g, dtype=torch.float64) / 2,
+        torch.randn(OUT, DIM, generator=g, dtype=torch.float64) / 2,
+    )
 
 
 def reference_clip(img_emb: torch.Tensor, txt_emb: torch.Tensor) -> torch.Tensor:
@@ -47,8 +49,19 @@ def reference_clip(img_emb: torch.Tensor, txt_emb: torch.Tensor) -> torch.Tensor
 def reference_run() -> dict[str, list[float]]:
     """What the runs must log: per step and per epoch, computed on one process from the global batches."""
     w_img, w_txt = initial_weights()
-    out: dict[str, list[float]] = {k: [] for k in (
-        "clip_step", "clip_epoch", "mean_step", "mean_epoch", "sum_step", "sum_epoch", "max_step", "max_epoch")}
+    out: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "clip_step",
+            "clip_epoch",
+            "mean_step",
+            "mean_epoch",
+            "sum_step",
+            "sum_epoch",
+            "max_step",
+            "max_epoch",
+        )
+    }
     for epoch in range(EPOCHS):
         clips, everything = [], []
         for step in range(STEPS):

@@ -19,10 +19,10 @@ from lightning.fabric.loggers import CSVLogger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from tests.integration.lightning import _common as C  # noqa: E402
-from torchmetrics_diff import MaxMetric, MeanMetric, MetricCollection, SumMetric  # noqa: E402
-from torchmetrics_diff.integrations.lightning import log_epoch  # noqa: E402
-from torchmetrics_diff.losses import CLIPLoss  # noqa: E402
+from tests.integration.lightning import _common as C
+from torchmetrics_diff import MaxMetric, MeanMetric, MetricCollection, SumMetric
+from torchmetrics_diff.integrations.lightning import log_epoch
+from torchmetrics_diff.losses import CLIPLoss
 
 
 class TwoTower(torch.nn.Module):

@@ -20,9 +20,9 @@ from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from tests.integration.lightning import _common as C  # noqa: E402
-from torchmetrics_diff import MaxMetric, MeanMetric, MetricCollection, SumMetric  # noqa: E402
-from torchmetrics_diff.losses import CLIPLoss  # noqa: E402
+from tests.integration.lightning import _common as C
+from torchmetrics_diff import MaxMetric, MeanMetric, MetricCollection, SumMetric
+from torchmetrics_diff.losses import CLIPLoss
 
 
 class Steps(Dataset):

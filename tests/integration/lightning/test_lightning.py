@@ -106,7 +106,9 @@ def _check(out: Path) -> None:
     final = json.loads((out / "final.json").read_text())
     assert final["world"] == 2
     if abs(final["final_weight_norm"] - expected["final_weight_norm"][0]) > 1e-12:
-        problems.append(f"trained weights: norm {final['final_weight_norm']} vs one process {expected['final_weight_norm']}")
+        problems.append(
+            f"trained weights: norm {final['final_weight_norm']} vs one process {expected['final_weight_norm']}"
+        )
     assert not problems, "\n".join(problems)
 
 
