@@ -56,12 +56,13 @@ class AUROC(Metric):
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
         """Append a batch's scores and targets."""
         p, t = binary_auroc_inputs(preds, target, self.ignore_index, self.validate_args)
-        if p.numel():
-            self.preds.append(p.to(self.dtype))
-            self.target.append(t)
+        # appended even when empty: a rank whose list states hold (empty) tensors agrees with the others on their
+        # dtype and shape, so its syncs stay on the engine's one-collective path
+        self.preds.append(p.to(self.dtype))
+        self.target.append(t)
 
     def compute(self) -> torch.Tensor:
         """The AUROC of every row seen (0 with a warning before any positive and negative target)."""
         if not self.preds:
-            return binary_auroc_exact(torch.zeros(0), torch.zeros(0, dtype=torch.int64))
+            return binary_auroc_exact(torch.zeros(0, device=self.device), torch.zeros(0, dtype=torch.int64))
         return binary_auroc_exact(dim_zero_cat(self.preds), dim_zero_cat(self.target))

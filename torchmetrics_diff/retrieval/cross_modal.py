@@ -64,8 +64,8 @@ class _CrossModalRetrieval(Metric):
         """Append a batch of pairs: ``image`` and ``text`` ``(B, D)``, ``labels`` ``(B,)`` integers ``>= 0``
         (rows sharing a label are positives of each other; without labels only a row's own pair is)."""
         image, text, labels = check_pairs(image, text, labels)
-        if not image.shape[0]:
-            return
+        # appended even when empty: a rank whose list states hold (empty) tensors agrees with the others on their
+        # dtype and shape, so its syncs stay on the engine's one-collective path
         if self.normalize:  # normalized once here rather than at every compute
             image, text = torch.nn.functional.normalize(image, dim=-1), torch.nn.functional.normalize(text, dim=-1)
         self.image.append(image.to(self.dtype))
@@ -74,7 +74,7 @@ class _CrossModalRetrieval(Metric):
         self.labels.append(missing if labels is None else labels.to(torch.int64))
 
     def _scored(self, ap_k: int | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
-        if not self.image:
+        if not self.image or not sum(x.shape[0] for x in self.image):
             empty = torch.zeros(0, 1, dtype=self.dtype, device=self.device)
             image = text = empty
             labels = None
