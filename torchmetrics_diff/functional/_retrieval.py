@@ -12,7 +12,9 @@ Definitions (per query, then averaged over queries):
   (ties count against the query: constant embeddings give the worst rank, never a perfect one);
 - **R@k**: 1 if the rank is at most ``k`` (some positive is among the top ``k``), else 0;
 - **AP@k** (torchmetrics' ``retrieval_average_precision`` with ``top_k``): over the top ``min(k, G)`` items, the
-  mean of precision@i at the positions ``i`` holding a positive, 0 when none of them does.
+  mean of precision@i at the positions ``i`` holding a positive, 0 when none of them does. Unlike torchmetrics,
+  a positive with a score ``<= 0`` still counts as relevant (cosine scores are often negative; a ranking
+  metric must not depend on the scores' sign).
 
 Queries are scored ``chunk_size`` at a time, so the memory is ``O(chunk_size × G)`` instead of ``O(N × G)``.
 """

@@ -180,7 +180,7 @@ class RetrievalMAPAtK(_CrossModalRetrieval):
         """Mean average precision over the top ``k`` of the global gallery, per direction, with optional
     multi-positive labels: ``{"i2t_mAP@10": ..., "t2i_mAP@10": ...}``. AP@k is torchmetrics'
     ``retrieval_average_precision(top_k=k)`` of one query: the mean of precision@i over the positions ``i <= k``
-    holding a positive (0 when none does).
+    holding a positive (0 when none does); unlike torchmetrics, positives scoring ``<= 0`` still count.
 
     Args:
         top_k: the cut-off ``k``."""

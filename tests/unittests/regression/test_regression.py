@@ -286,3 +286,38 @@ def test_ddp_gradient_equals_single_process_gradient(world_size: int) -> None:
             for i, (g, ref) in enumerate(zip(res["grads"], res["ref_grads"])):
                 checks.close(f"{case} DDP grad of param {i} (rank {rank})", g, ref, atol=1e-10, rtol=1e-9)
     assert_no_failures(checks.failures)
+
+
+# ------------------------------------------------------------------------------------------------- bad input
+BAD: list[tuple[Callable[[], Any], str]] = [
+    (lambda: MeanSquaredError(squared="no"), "`squared` must be a bool; got 'no'"),
+    (lambda: MeanAbsoluteError(num_outputs=0), "`num_outputs` must be a positive int; got 0"),
+    (lambda: R2Score(adjusted=-1), "`adjusted` must be an int >= 0; got -1"),
+    (lambda: R2Score(multioutput="mean"), "`multioutput` must be one of"),
+    (lambda: CosineSimilarity(reduction="max"), "`reduction` must be one of"),
+    (
+        lambda: MeanSquaredError().update(torch.zeros(3), torch.zeros(4)),
+        r"same shape; got preds \(3,\) and target \(4,\)",
+    ),
+    (
+        lambda: MeanSquaredError(num_outputs=2).update(torch.zeros(3, 3), torch.zeros(3, 3)),
+        r"shape \(N, num_outputs=2\); got \(3, 3\)",
+    ),
+    (lambda: PearsonCorrCoef().update(torch.zeros(3, 2), torch.zeros(3, 2)), r"num_outputs=1\); got \(3, 2\)"),
+    (lambda: CosineSimilarity().update(torch.zeros(3), torch.zeros(3)), r"must be 2-D \(N, D\); got shape \(3,\)"),
+    (lambda: MeanAbsoluteError().update(torch.zeros(2, dtype=torch.bool), torch.zeros(2)), "dtype torch.bool"),
+    (lambda: _r2_of_one_row(), "R2 score needs at least two observations; got 1"),
+]
+
+
+def _r2_of_one_row() -> torch.Tensor:
+    metric = R2Score()
+    metric.update(torch.zeros(1), torch.ones(1))
+    return metric.compute()
+
+
+@pytest.mark.filterwarnings("ignore:.*compute.*before.*update:UserWarning")
+@pytest.mark.parametrize(("call", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_input_raises_value_error_naming_the_argument(call: Callable[[], Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        call()
