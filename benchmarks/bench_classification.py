@@ -4,7 +4,9 @@ The collection: micro and macro accuracy, macro precision, recall and F1, and th
 10-class task, every member with ``compute_with_cache=False`` so that each ``compute()`` syncs (torchmetrics
 would otherwise return its cached value). Each rank updates once with 512 rows (rank 1: 300) before timing.
 
-* ours: the six metrics' ``int64`` count states travel in one collective (the engine's steady state);
+* ours: the six metrics' ``int64`` count states travel in one collective (the engine's steady state). No
+  ``compute_groups``: torchmetrics infers such groups by itself, ours takes them explicitly, but a follower's
+  ``compute()`` currently re-syncs the leader's already synced states (found while writing this benchmark);
 * torchmetrics: its ``MetricCollection`` (compute groups on, the default) syncs every member separately, each
   state with its own gathers;
 * floor: one ``all_reduce`` of the same counts (4 × 10 stat scores × 5 metrics + the 10 × 10 matrix, int64),
@@ -88,7 +90,8 @@ def main(args: Any) -> list[Check]:
     speedup = paired_ratio(compute.get("torchmetrics"), compute.get("ours"))
     over_floor = paired_ratio(compute.get("ours"), compute.get("floor"))
     rows = [
-        [name, ms(median(compute[name])) if name in compute else "n/a"] for name in ("ours", "torchmetrics", "floor")
+        [name, ms(median(compute[name])) if name in compute else "n/a"]
+        for name in ("ours", "torchmetrics", "floor")
     ]
     print(
         table(

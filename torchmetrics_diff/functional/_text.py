@@ -32,7 +32,8 @@ def perplexity_stats(
         raise ValueError(f"`target` ids must lie in [0, {vocab - 1}] or be ignore_index; found {t[bad][:5].tolist()}")
     log_probs = torch.log_softmax(preds.reshape(-1, vocab), dim=-1)
     picked = log_probs.gather(1, torch.where(keep, t, 0).long()[:, None])[:, 0]
-    return -(picked * keep).sum(), keep.sum()
+    # where, not a product: an ignored position may hold -inf (a masked vocabulary), and -inf * 0 is NaN
+    return -torch.where(keep, picked, torch.zeros_like(picked)).sum(), keep.sum()
 
 
 def perplexity_from_stats(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:

@@ -257,7 +257,7 @@ class CosineSimilarity(Metric):
         if self.reduction in ("sum", "mean"):
             self.sim_sum = self.sim_sum + sims.sum()
             self.total = self.total + sims.shape[0]
-        elif sims.numel() or sims.requires_grad:  # an empty batch in forward keeps the rank in the graph
+        else:  # appended even when empty: the rank stays in the graph, and on the sync engine's one-collective path
             self.sims.append(sims)
 
     def compute(self) -> torch.Tensor:
