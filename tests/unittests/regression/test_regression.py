@@ -189,6 +189,11 @@ def _perplexity_ref(out: torch.Tensor, data: dict) -> torch.Tensor:
 
 
 GRAD_CASES: dict[str, GradCase] = {
+    "MSE of 2 outputs, summed": GradCase(
+        lambda: MeanSquaredError(num_outputs=2),
+        lambda m, out, d: m(out, d["yy"]).sum(),
+        lambda out, d: ((out - d["yy"]) ** 2).mean(0).sum(),
+    ),
     "RMSE": GradCase(
         lambda: MeanSquaredError(squared=False),
         lambda m, out, d: m(out[:, 0], d["y"]),
@@ -218,6 +223,11 @@ GRAD_CASES: dict[str, GradCase] = {
         lambda: CosineSimilarity("mean"),
         lambda m, out, d: m(out, d["yy"]),
         lambda out, d: F.cosine_similarity(out, d["yy"], dim=-1).mean(),
+    ),
+    "Cosine sum": GradCase(
+        CosineSimilarity,
+        lambda m, out, d: m(out, d["yy"]),
+        lambda out, d: F.cosine_similarity(out, d["yy"], dim=-1).sum(),
     ),
     "Cosine none, sum of squares": GradCase(
         lambda: CosineSimilarity("none"),
@@ -272,8 +282,8 @@ def _grad_body(rank: int, world: int) -> dict:
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_ddp_gradient_equals_single_process_gradient(world_size: int) -> None:
-    """RMSE, MAE, R², Pearson (also of two model outputs), cosine (mean, per row) and perplexity with padding as
-    global-batch losses: the value is identical on every rank and equals the one-process value, and the
+    """MSE, RMSE, MAE, R², Pearson (also of two model outputs), cosine (sum, mean, per row) and perplexity with
+    padding as global-batch losses: the value is identical on every rank and equals the one-process value, and the
     DDP-averaged float64 gradient equals the one-process gradient (uneven batches, one rank empty)."""
     results: list[dict[Any, dict]] = run_distributed(_grad_body, world_size, timeout=180)
     checks = Checks(f"W={world_size} ")
