@@ -236,9 +236,9 @@ def stat_scores(
 
 # ------------------------------------------------------------------------------------------------ reductions
 def _divide(num: torch.Tensor, denom: torch.Tensor, zero_division: float = 0.0) -> torch.Tensor:
-    dtype = torch.get_default_dtype()
-    num, denom = num.to(dtype), denom.to(dtype)
-    return torch.where(denom == 0, torch.full_like(num, float(zero_division)), num / torch.where(denom == 0, 1, denom))
+    """``num / denom`` in the default float dtype, ``zero_division`` where ``denom == 0`` (counts: no gradient)."""
+    denom = denom.to(torch.get_default_dtype())
+    return torch.where(denom == 0, float(zero_division), num.to(denom.dtype) / denom)
 
 
 def _average(score: torch.Tensor, s: StatScores, average: str | None, task: str) -> torch.Tensor:

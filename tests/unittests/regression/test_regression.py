@@ -25,12 +25,14 @@ from tests.unittests.metric._helpers import (
     bounds,
     make_model,
     rand,
+    record_collectives,
 )
 from torchmetrics_diff import (
     CosineSimilarity,
     MeanAbsoluteError,
     MeanSquaredError,
     Metric,
+    MetricCollection,
     PearsonCorrCoef,
     Perplexity,
     R2Score,
@@ -160,6 +162,44 @@ def test_pearson_float64_sums_survive_a_large_offset() -> None:
     constant.update(torch.full((10,), 3.3), torch.arange(10.0))
     with pytest.warns(UserWarning, match="variance"):
         assert torch.isnan(constant.compute())
+
+
+def _count_body(rank: int, world: int) -> dict[str, list[str]]:
+    """Collectives of a collection of four regression metrics (float32, float64 and int64 sum states)."""
+    sizes = [4, 0, 6][:world]
+    lo, hi = bounds(sizes, rank)
+    preds, target = _pair("count", sum(sizes), 0)
+    coll = MetricCollection(
+        {
+            "mse": MeanSquaredError(dist_sync_on_step=True),
+            "mae": MeanAbsoluteError(dist_sync_on_step=True),
+            "r2": R2Score(dist_sync_on_step=True),
+            "pearson": PearsonCorrCoef(dist_sync_on_step=True),
+        }
+    )
+    calls = {}
+    for case in ("forward, first step", "forward, step 2", "compute, first sync", "compute"):
+        with record_collectives() as log:
+            if case.startswith("forward"):
+                coll(preds[lo:hi].float(), target[lo:hi].float())
+            else:
+                coll.compute()
+        calls[case] = list(log)
+    return calls
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_collection_of_regression_metrics_syncs_in_one_collective(world_size: int) -> None:
+    """MSE, MAE, R² and Pearson (float64 sums) in one ``MetricCollection``: one collective per synced
+    ``forward`` and per ``compute`` once the plan is agreed, at most two on the first sync."""
+    results = run_distributed(_count_body, world_size, timeout=120)
+    problems = [
+        f"rank {rank} {case}: {log}"
+        for rank, calls in enumerate(results)
+        for case, log in calls.items()
+        if not 1 <= len(log) <= (2 if "first" in case else 1)
+    ]
+    assert not problems, "\n".join(problems)
 
 
 # ------------------------------------------------------------------------------------------ gradient contract
