@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from torchmetrics_diff.aggregation import CatMetric, MaxMetric, MeanMetric, MinMetric, SumMetric
+from torchmetrics_diff.classification import AUROC, Accuracy, ConfusionMatrix, F1Score, Precision, Recall
 from torchmetrics_diff.collections import MetricCollection
 from torchmetrics_diff.composition import CompositionalMetric
 from torchmetrics_diff.metric import Metric
+from torchmetrics_diff.regression import CosineSimilarity, MeanAbsoluteError, MeanSquaredError, PearsonCorrCoef, R2Score
+from torchmetrics_diff.retrieval import RetrievalMAPAtK, RetrievalMeanRank, RetrievalMedianRank, RetrievalRecallAtK
+from torchmetrics_diff.text import Perplexity
 
 __version__ = "0.1.0"
 
@@ -18,4 +22,21 @@ __all__ = [
     "MetricCollection",
     "MinMetric",
     "SumMetric",
+    # everyday metrics (issue 14)
+    "AUROC",
+    "Accuracy",
+    "ConfusionMatrix",
+    "CosineSimilarity",
+    "F1Score",
+    "MeanAbsoluteError",
+    "MeanSquaredError",
+    "PearsonCorrCoef",
+    "Perplexity",
+    "Precision",
+    "R2Score",
+    "Recall",
+    "RetrievalMAPAtK",
+    "RetrievalMeanRank",
+    "RetrievalMedianRank",
+    "RetrievalRecallAtK",
 ]

@@ -1,4 +1,4 @@
-"""The losses as pure functions.
+"""The losses and the everyday metrics as pure functions.
 
 ``clip_loss``, ``info_nce_loss``, ... take the *already global* tensors (one process, or tensors you gathered
 yourself); ``*_block`` forms score a block of rows; ``global_*`` forms take each rank's local rows and return the
@@ -7,6 +7,16 @@ global-batch loss with the gradient contract (``strategy="replicated" | "sharded
 
 from __future__ import annotations
 
+from torchmetrics_diff.functional._classification import (
+    StatScores,
+    accuracy,
+    auroc,
+    confusion_matrix,
+    f1_score,
+    precision,
+    recall,
+    stat_scores,
+)
 from torchmetrics_diff.functional._contrastive import (
     BarlowTwinsStats,
     barlow_twins_from_stats,
@@ -36,6 +46,21 @@ from torchmetrics_diff.functional._global import (
     global_token_cross_entropy,
     global_weighted_mean,
 )
+from torchmetrics_diff.functional._regression import (
+    cosine_similarity,
+    mean_absolute_error,
+    mean_squared_error,
+    pearson_corrcoef,
+    r2_score,
+)
+from torchmetrics_diff.functional._retrieval import (
+    retrieval_map_at_k,
+    retrieval_mean_rank,
+    retrieval_median_rank,
+    retrieval_ranks,
+    retrieval_recall_at_k,
+)
+from torchmetrics_diff.functional._text import perplexity
 
 __all__ = [
     "STRATEGIES",
@@ -63,4 +88,24 @@ __all__ = [
     "token_cross_entropy_block",
     "weighted_mean",
     "weighted_mean_block",
+    # everyday metrics (issue 14)
+    "StatScores",
+    "accuracy",
+    "auroc",
+    "confusion_matrix",
+    "cosine_similarity",
+    "f1_score",
+    "mean_absolute_error",
+    "mean_squared_error",
+    "pearson_corrcoef",
+    "perplexity",
+    "precision",
+    "r2_score",
+    "recall",
+    "retrieval_map_at_k",
+    "retrieval_mean_rank",
+    "retrieval_median_rank",
+    "retrieval_ranks",
+    "retrieval_recall_at_k",
+    "stat_scores",
 ]

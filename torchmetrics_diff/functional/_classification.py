@@ -1,0 +1,529 @@
+"""Classification metrics as pure functions: stat scores (tp, fp, tn, fn), the scores reduced from them, the
+confusion matrix, and the exact binary AUROC.
+
+Inputs follow torchmetrics:
+
+- ``task="binary"``: ``preds`` and ``target`` of the same shape ``(N, ...)``; float ``preds`` are
+  probabilities, or logits when any value lies outside ``[0, 1]`` (a sigmoid is applied); a prediction is
+  positive when ``preds > threshold``; integer ``preds`` are labels in ``{0, 1}``.
+- ``task="multiclass"``: ``preds`` ``(N, C, ...)`` scores (argmax over dim 1) or ``(N, ...)`` labels, ``target``
+  ``(N, ...)`` labels in ``[0, C)``.
+- ``task="multilabel"``: ``preds`` and ``target`` ``(N, L, ...)``, each label scored as in the binary task.
+
+``ignore_index``: target entries equal to it are left out. Stat scores are integer counts whose sums over
+ranks are the global counts, which is why the classification metrics need only ``sum`` states.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple
+
+import torch
+
+TASKS = ("binary", "multiclass", "multilabel")
+AVERAGES = ("micro", "macro", "weighted", "none", None)
+NORMALIZE = ("true", "pred", "all", "none", None)
+
+
+class StatScores(NamedTuple):
+    """True positives, false positives, true negatives and false negatives (``int64``; per class or label)."""
+
+    tp: torch.Tensor
+    fp: torch.Tensor
+    tn: torch.Tensor
+    fn: torch.Tensor
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+def _positive_int(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{name}` must be a positive int; got {value!r}")
+    return value
+
+
+def check_task_args(
+    task: str,
+    threshold: float = 0.5,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    average: str | None = "micro",
+    ignore_index: int | None = None,
+) -> int:
+    """Validate the common arguments; return the number of classes/labels (1 for ``binary``).
+
+    Raises:
+        ValueError: naming the argument, what was expected and what came.
+    """
+    if task not in TASKS:
+        raise ValueError(f"`task` must be one of {TASKS}; got {task!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"`threshold` must be a float in [0, 1]; got {threshold!r}")
+    if average not in AVERAGES:
+        raise ValueError(f"`average` must be one of {AVERAGES}; got {average!r}")
+    if ignore_index is not None and (not isinstance(ignore_index, int) or isinstance(ignore_index, bool)):
+        raise ValueError(f"`ignore_index` must be an int or None; got {ignore_index!r}")
+    if task == "multiclass":
+        if num_classes is None:
+            raise ValueError("`num_classes` must be a positive int for task='multiclass'; got None")
+        return _positive_int("num_classes", num_classes)
+    if task == "multilabel":
+        if num_labels is None:
+            raise ValueError("`num_labels` must be a positive int for task='multilabel'; got None")
+        return _positive_int("num_labels", num_labels)
+    return 1
+
+
+def _check_tensor(name: str, value: Any) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"`{name}` must be a tensor; got {type(value).__name__}")
+    if value.is_complex():
+        raise ValueError(f"`{name}` must be a real tensor; got dtype {value.dtype}")
+    return value
+
+
+def _check_labels(name: str, values: torch.Tensor, high: int, ignore_index: int | None) -> None:
+    """Every value an integer in ``[0, high)`` (or ``ignore_index``)."""
+    if values.is_floating_point():
+        raise ValueError(f"`{name}` must hold integer labels; got dtype {values.dtype}")
+    if not values.numel():
+        return
+    bad = (values < 0) | (values >= high)
+    if ignore_index is not None:
+        bad &= values != ignore_index
+    if bool(bad.any()):
+        found = values[bad][:5].tolist()
+        extra = f" or {ignore_index} (ignore_index)" if ignore_index is not None else ""
+        raise ValueError(f"`{name}` values must lie in [0, {high - 1}]{extra}; found {found}")
+
+
+def _binary_preds(preds: torch.Tensor, threshold: float, validate: bool, ignore_index: int | None) -> torch.Tensor:
+    """Boolean predictions from probabilities, logits or labels."""
+    if preds.is_floating_point():
+        if preds.numel() and bool(((preds < 0) | (preds > 1)).any()):
+            preds = torch.sigmoid(preds)
+        return preds > threshold
+    if validate:
+        _check_labels("preds", preds, 2, None)
+    return preds.to(torch.bool)
+
+
+def _same_shape(preds: torch.Tensor, target: torch.Tensor) -> None:
+    if preds.shape != target.shape:
+        raise ValueError(
+            f"`preds` and `target` must have the same shape; got preds {tuple(preds.shape)} "
+            f"and target {tuple(target.shape)}"
+        )
+
+
+# --------------------------------------------------------------------------------------------- stat scores
+def _binary_format(
+    preds: torch.Tensor, target: torch.Tensor, threshold: float, ignore_index: int | None, validate: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Flat boolean predictions and targets, and the mask of kept entries (``None``: all)."""
+    _check_tensor("preds", preds), _check_tensor("target", target)
+    _same_shape(preds, target)
+    if validate:
+        _check_labels("target", target, 2, ignore_index)
+    keep = None if ignore_index is None else (target != ignore_index).reshape(-1)
+    p = _binary_preds(preds, threshold, validate, ignore_index).reshape(-1)
+    t = (target == 1).reshape(-1)
+    return p, t, keep
+
+
+def _multilabel_format(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    num_labels: int,
+    threshold: float,
+    ignore_index: int | None,
+    validate: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(M, L)`` boolean predictions and targets (extra dims folded into rows), and the kept mask."""
+    _check_tensor("preds", preds), _check_tensor("target", target)
+    _same_shape(preds, target)
+    if preds.ndim < 2 or preds.shape[1] != num_labels:
+        raise ValueError(f"`preds` must have shape (N, num_labels={num_labels}, ...); got {tuple(preds.shape)}")
+    if validate:
+        _check_labels("target", target, 2, ignore_index)
+
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        return x.movedim(1, -1).reshape(-1, num_labels)
+
+    keep = None if ignore_index is None else rows(target != ignore_index)
+    return rows(_binary_preds(preds, threshold, validate, ignore_index)), rows(target == 1), keep
+
+
+def _multiclass_labels(
+    preds: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None, validate: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat predicted and target labels, ignored targets dropped."""
+    _check_tensor("preds", preds), _check_tensor("target", target)
+    if preds.ndim == target.ndim + 1:
+        if preds.shape[1] != num_classes or preds.shape[:1] + preds.shape[2:] != target.shape:
+            raise ValueError(
+                f"`preds` scores must have shape (N, num_classes={num_classes}, ...) matching `target` "
+                f"{tuple(target.shape)}; got {tuple(preds.shape)}"
+            )
+        if not preds.is_floating_point():
+            raise ValueError(f"`preds` scores of shape (N, C, ...) must be floating; got dtype {preds.dtype}")
+        preds = preds.argmax(1)
+    elif preds.shape == target.shape:
+        if validate:
+            _check_labels("preds", preds, num_classes, None)
+    else:
+        raise ValueError(
+            f"`preds` must have shape (N, num_classes, ...) (scores) or the shape of `target` (labels); got preds "
+            f"{tuple(preds.shape)} and target {tuple(target.shape)}"
+        )
+    if validate:
+        _check_labels("target", target, num_classes, ignore_index)
+    p, t = preds.reshape(-1), target.reshape(-1)
+    if ignore_index is not None:
+        keep = t != ignore_index
+        p, t = p[keep], t[keep]
+    return p.long(), t.long()
+
+
+def multiclass_confusion_counts(
+    preds: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None = None, validate: bool = True
+) -> torch.Tensor:
+    """The ``(C, C)`` ``int64`` confusion matrix, rows the target class, columns the predicted one."""
+    p, t = _multiclass_labels(preds, target, num_classes, ignore_index, validate)
+    return torch.bincount(t * num_classes + p, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+
+
+def _masked_counts(p: torch.Tensor, t: torch.Tensor, keep: torch.Tensor | None) -> StatScores:
+    """Counts over dim 0 (all of a 1-D input), of the kept entries only."""
+    neg_p, neg_t = ~p, ~t
+    if keep is not None:  # masking both prediction sides masks every combination
+        p, neg_p = p & keep, neg_p & keep
+
+    def count(x: torch.Tensor) -> torch.Tensor:
+        return x.sum(0, dtype=torch.int64)
+
+    return StatScores(count(p & t), count(p & neg_t), count(neg_p & neg_t), count(neg_p & t))
+
+
+def stat_scores(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    threshold: float = 0.5,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> StatScores:
+    """True/false positives/negatives: scalars for ``binary``, one per class (``multiclass``) or label.
+
+    Example:
+        >>> import torch
+        >>> stat_scores(torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2]), "multiclass", num_classes=3)
+        StatScores(tp=tensor([1, 1, 1]), fp=tensor([0, 0, 1]), tn=tensor([3, 2, 2]), fn=tensor([0, 1, 0]))
+    """
+    size = check_task_args(task, threshold, num_classes, num_labels, "micro", ignore_index)
+    if task == "binary":
+        return _masked_counts(*_binary_format(preds, target, threshold, ignore_index, validate_args))
+    if task == "multilabel":
+        return _masked_counts(*_multilabel_format(preds, target, size, threshold, ignore_index, validate_args))
+    confmat = multiclass_confusion_counts(preds, target, size, ignore_index, validate_args)
+    tp = confmat.diagonal()
+    fp = confmat.sum(0) - tp
+    fn = confmat.sum(1) - tp
+    return StatScores(tp, fp, confmat.sum() - tp - fp - fn, fn)
+
+
+# ------------------------------------------------------------------------------------------------ reductions
+def _divide(num: torch.Tensor, denom: torch.Tensor, zero_division: float = 0.0) -> torch.Tensor:
+    """``num / denom`` in the default float dtype, ``zero_division`` where ``denom == 0`` (counts: no gradient)."""
+    denom = denom.to(torch.get_default_dtype())
+    return torch.where(denom == 0, float(zero_division), num.to(denom.dtype) / denom)
+
+
+def _average(score: torch.Tensor, s: StatScores, average: str | None, task: str) -> torch.Tensor:
+    """Per-class scores averaged torchmetrics' way: ``macro`` leaves out classes absent from both the targets and
+    the predictions (multiclass only), ``weighted`` weighs by support ``tp + fn``."""
+    if average in ("none", None):
+        return score
+    if average == "weighted":
+        weights = (s.tp + s.fn).to(score.dtype)
+    else:
+        weights = torch.ones_like(score)
+        if task == "multiclass":
+            weights = torch.where(s.tp + s.fp + s.fn == 0, torch.zeros_like(score), weights)
+    return _divide((weights * score).sum(-1), weights.sum(-1))
+
+
+def _micro(s: StatScores) -> StatScores:
+    return StatScores(*(x.sum(-1) for x in s))
+
+
+def reduce_accuracy(s: StatScores, task: str, average: str | None = "micro") -> torch.Tensor:
+    """Accuracy from stat scores (``binary``: ``(tp + tn) / all``; multiclass: ``tp / (tp + fn)`` per class)."""
+    if task == "binary":
+        return _divide(s.tp + s.tn, s.tp + s.tn + s.fp + s.fn)
+    if average == "micro":
+        m = _micro(s)
+        if task == "multilabel":
+            return _divide(m.tp + m.tn, m.tp + m.tn + m.fp + m.fn)
+        return _divide(m.tp, m.tp + m.fn)
+    score = _divide(s.tp + s.tn, s.tp + s.tn + s.fp + s.fn) if task == "multilabel" else _divide(s.tp, s.tp + s.fn)
+    return _average(score, s, average, task)
+
+
+def reduce_fbeta(
+    s: StatScores, task: str, average: str | None = "micro", beta: float = 1.0, zero_division: float = 0.0
+) -> torch.Tensor:
+    """``(1 + β²) tp / ((1 + β²) tp + β² fn + fp)``; ``zero_division`` where the denominator is 0."""
+    b2 = beta * beta
+
+    def score(x: StatScores) -> torch.Tensor:
+        return _divide((1 + b2) * x.tp, (1 + b2) * x.tp + b2 * x.fn + x.fp, zero_division)
+
+    if task == "binary":
+        return score(s)
+    if average == "micro":
+        return score(_micro(s))
+    return _average(score(s), s, average, task)
+
+
+def reduce_precision_recall(
+    s: StatScores, which: str, task: str, average: str | None = "micro", zero_division: float = 0.0
+) -> torch.Tensor:
+    """``tp / (tp + fp)`` (``which="precision"``) or ``tp / (tp + fn)`` (``"recall"``)."""
+
+    def score(x: StatScores) -> torch.Tensor:
+        return _divide(x.tp, x.tp + (x.fp if which == "precision" else x.fn), zero_division)
+
+    if task == "binary":
+        return score(s)
+    if average == "micro":
+        return score(_micro(s))
+    return _average(score(s), s, average, task)
+
+
+def _check_zero_division(zero_division: Any) -> float:
+    if zero_division not in (0, 1) or isinstance(zero_division, bool):
+        raise ValueError(f"`zero_division` must be 0 or 1; got {zero_division!r}")
+    return float(zero_division)
+
+
+# ------------------------------------------------------------------------------------------ public functions
+def accuracy(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    threshold: float = 0.5,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    average: str | None = "micro",
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """Accuracy (see :class:`torchmetrics_diff.classification.Accuracy`).
+
+    Example:
+        >>> import torch
+        >>> accuracy(torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2]), "multiclass", num_classes=3)
+        tensor(0.7500)
+    """
+    check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
+    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
+    return reduce_accuracy(s, task, average)
+
+
+def precision(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    threshold: float = 0.5,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    average: str | None = "micro",
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+    zero_division: float = 0,
+) -> torch.Tensor:
+    """Precision ``tp / (tp + fp)`` (see :class:`torchmetrics_diff.classification.Precision`).
+
+    Example:
+        >>> import torch
+        >>> precision(torch.tensor([0.9, 0.2, 0.7]), torch.tensor([1, 1, 0]), "binary")
+        tensor(0.5000)
+    """
+    check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
+    zd = _check_zero_division(zero_division)
+    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
+    return reduce_precision_recall(s, "precision", task, average, zd)
+
+
+def recall(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    threshold: float = 0.5,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    average: str | None = "micro",
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+    zero_division: float = 0,
+) -> torch.Tensor:
+    """Recall ``tp / (tp + fn)`` (see :class:`torchmetrics_diff.classification.Recall`).
+
+    Example:
+        >>> import torch
+        >>> recall(torch.tensor([0.9, 0.2, 0.7]), torch.tensor([1, 1, 0]), "binary")
+        tensor(0.5000)
+    """
+    check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
+    zd = _check_zero_division(zero_division)
+    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
+    return reduce_precision_recall(s, "recall", task, average, zd)
+
+
+def f1_score(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    threshold: float = 0.5,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    average: str | None = "micro",
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+    zero_division: float = 0,
+) -> torch.Tensor:
+    """F1 score ``2 tp / (2 tp + fp + fn)`` (see :class:`torchmetrics_diff.classification.F1Score`).
+
+    Example:
+        >>> import torch
+        >>> f1_score(torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2]), "multiclass", num_classes=3,
+        ...          average="macro")
+        tensor(0.7778)
+    """
+    check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
+    zd = _check_zero_division(zero_division)
+    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
+    return reduce_fbeta(s, task, average, 1.0, zd)
+
+
+def confusion_counts(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    threshold: float = 0.5,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """Unnormalized ``int64`` confusion matrix: ``(2, 2)`` binary, ``(C, C)`` multiclass, ``(L, 2, 2)`` multilabel;
+    rows are targets, columns predictions (``[[tn, fp], [fn, tp]]`` for the two-class ones)."""
+    size = check_task_args(task, threshold, num_classes, num_labels, "micro", ignore_index)
+    if task == "multiclass":
+        return multiclass_confusion_counts(preds, target, size, ignore_index, validate_args)
+    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
+    return torch.stack([torch.stack([s.tn, s.fp], -1), torch.stack([s.fn, s.tp], -1)], -2)
+
+
+def normalize_confusion(confmat: torch.Tensor, normalize: str | None) -> torch.Tensor:
+    """Normalize over targets (rows, ``"true"``), predictions (columns, ``"pred"``) or everything (``"all"``);
+    an all-zero row/column gives zeros (torchmetrics replaces the NaNs by 0 as well)."""
+    if normalize not in NORMALIZE:
+        raise ValueError(f"`normalize` must be one of {NORMALIZE}; got {normalize!r}")
+    if normalize in ("none", None):
+        return confmat
+    dims = {"true": (-1,), "pred": (-2,), "all": (-2, -1)}[normalize]
+    return _divide(confmat, confmat.sum(dims, keepdim=True).expand_as(confmat))
+
+
+def confusion_matrix(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    threshold: float = 0.5,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    normalize: str | None = None,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """Confusion matrix (see :class:`torchmetrics_diff.classification.ConfusionMatrix`).
+
+    Example:
+        >>> import torch
+        >>> confusion_matrix(torch.tensor([0.9, 0.2, 0.7]), torch.tensor([1, 1, 0]), "binary")
+        tensor([[0, 1],
+                [1, 1]])
+    """
+    if normalize not in NORMALIZE:
+        raise ValueError(f"`normalize` must be one of {NORMALIZE}; got {normalize!r}")
+    counts = confusion_counts(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
+    return normalize_confusion(counts, normalize)
+
+
+# ------------------------------------------------------------------------------------------------------ AUROC
+def binary_auroc_inputs(
+    preds: torch.Tensor, target: torch.Tensor, ignore_index: int | None = None, validate: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat float scores (sigmoid applied to logits, as torchmetrics does) and ``int64`` targets, ignored left out.
+
+    Raises:
+        ValueError: different shapes, non-floating ``preds``, or targets outside ``{0, 1}`` (and ``ignore_index``).
+    """
+    _check_tensor("preds", preds), _check_tensor("target", target)
+    _same_shape(preds, target)
+    if not preds.is_floating_point():
+        raise ValueError(f"`preds` must be floating scores (probabilities or logits); got dtype {preds.dtype}")
+    if validate:
+        _check_labels("target", target, 2, ignore_index)
+    p, t = preds.reshape(-1), target.reshape(-1)
+    if ignore_index is not None:
+        keep = t != ignore_index
+        p, t = p[keep], t[keep]
+    if p.numel() and bool(((p < 0) | (p > 1)).any()):
+        p = torch.sigmoid(p)
+    return p, t.long()
+
+
+def binary_auroc_exact(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Area under the ROC curve of 1-D scores: the Mann-Whitney statistic with tied scores sharing their mean
+    rank, which equals the trapezoidal area under the exact ROC curve. 0 (with a warning) without positives or
+    without negatives, like torchmetrics."""
+    dtype = torch.get_default_dtype()
+    positives = int(target.sum())
+    negatives = target.numel() - positives
+    if positives == 0 or negatives == 0:
+        warnings.warn(
+            f"AUROC is undefined with {positives} positive and {negatives} negative targets; returning 0",
+            UserWarning,
+            stacklevel=2,
+        )
+        return torch.zeros((), dtype=dtype, device=scores.device)
+    _, inverse, counts = torch.unique(scores.detach(), return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0).to(torch.float64)
+    mean_rank = ends - (counts.to(torch.float64) - 1) / 2  # 1-based mean rank of each group of tied scores
+    rank_sum = mean_rank[inverse][target == 1].sum()
+    auc = (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+    return auc.to(dtype)
+
+
+def auroc(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str = "binary",
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """Exact binary AUROC (see :class:`torchmetrics_diff.classification.AUROC`).
+
+    Example:
+        >>> import torch
+        >>> auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
+        tensor(0.7500)
+    """
+    if task != "binary":
+        raise ValueError(f"`task` must be 'binary' (the only AUROC task implemented); got {task!r}")
+    return binary_auroc_exact(*binary_auroc_inputs(preds, target, ignore_index, validate_args))

@@ -1,0 +1,270 @@
+"""Regression metrics as pure functions, each split into sufficient statistics and a value computed from them.
+
+Every statistic is a *sum* over rows, so the statistics of a global batch are the sums of every rank's
+statistics: that is what lets the :mod:`torchmetrics_diff.regression` metrics sync with one ``all_reduce``-like
+collective (``sum`` states, never ``cat``) and keep exact gradients (DESIGN §1). The ``*_stats`` functions give
+the statistics of a batch, the ``*_from_stats`` functions the value; the plain functions are both in one call.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+MULTIOUTPUTS = ("raw_values", "uniform_average", "variance_weighted")
+COSINE_REDUCTIONS = ("sum", "mean", "none", None)
+
+
+# ------------------------------------------------------------------------------------------------ validation
+def _as_float(x: torch.Tensor) -> torch.Tensor:
+    return x if x.is_floating_point() else x.to(torch.get_default_dtype())
+
+
+def _check_pair(preds: torch.Tensor, target: torch.Tensor) -> None:
+    for name, value in (("preds", preds), ("target", target)):
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"`{name}` must be a tensor; got {type(value).__name__}")
+        if value.is_complex() or value.dtype == torch.bool:
+            raise ValueError(f"`{name}` must be a real floating or integer tensor; got dtype {value.dtype}")
+    if preds.shape != target.shape:
+        raise ValueError(
+            f"`preds` and `target` must have the same shape; got preds {tuple(preds.shape)} "
+            f"and target {tuple(target.shape)}"
+        )
+
+
+def _columns(
+    preds: torch.Tensor, target: torch.Tensor, num_outputs: int, flatten: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(N, num_outputs)`` float views of ``preds``/``target``.
+
+    With one output, ``flatten`` accepts any shape (every element an observation, as torchmetrics' errors do);
+    otherwise the shape must be ``(N,)`` (one output) or ``(N, num_outputs)``.
+    """
+    _check_pair(preds, target)
+    if not isinstance(num_outputs, int) or isinstance(num_outputs, bool) or num_outputs < 1:
+        raise ValueError(f"`num_outputs` must be a positive int; got {num_outputs!r}")
+    if num_outputs == 1 and (flatten or preds.ndim <= 1):
+        return _as_float(preds).reshape(-1, 1), _as_float(target).reshape(-1, 1)
+    if preds.ndim != 2 or preds.shape[1] != num_outputs:
+        raise ValueError(
+            f"`preds` and `target` must have shape (N, num_outputs={num_outputs}); got {tuple(preds.shape)}"
+        )
+    return _as_float(preds), _as_float(target)
+
+
+def _squeeze_single(value: torch.Tensor) -> torch.Tensor:
+    return value.reshape(()) if value.numel() == 1 else value
+
+
+# ------------------------------------------------------------------------------------------- squared / abs error
+def mean_squared_error_stats(
+    preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(Σ (preds - target)², N)`` per output, shapes ``(num_outputs,)`` and ``()``."""
+    p, t = _columns(preds, target, num_outputs)
+    diff = p - t
+    return (diff * diff).sum(0), torch.tensor(p.shape[0], device=p.device)
+
+
+def mean_squared_error_from_stats(sum_sq: torch.Tensor, count: torch.Tensor, squared: bool = True) -> torch.Tensor:
+    """``Σ (p - t)² / N``, or its square root when ``squared=False``; NaN when ``N == 0``."""
+    mse = _squeeze_single(sum_sq / count)
+    return mse if squared else torch.sqrt(mse)
+
+
+def mean_squared_error(
+    preds: torch.Tensor, target: torch.Tensor, squared: bool = True, num_outputs: int = 1
+) -> torch.Tensor:
+    """Mean squared error (root mean squared error with ``squared=False``), per output when ``num_outputs > 1``.
+
+    Example:
+        >>> import torch
+        >>> mean_squared_error(torch.tensor([2.5, 5.0, 4.0, 8.0]), torch.tensor([3.0, 5.0, 2.5, 7.0]))
+        tensor(0.8750)
+    """
+    return mean_squared_error_from_stats(*mean_squared_error_stats(preds, target, num_outputs), squared=squared)
+
+
+def mean_absolute_error_stats(
+    preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(Σ |preds - target|, N)`` per output."""
+    p, t = _columns(preds, target, num_outputs)
+    return (p - t).abs().sum(0), torch.tensor(p.shape[0], device=p.device)
+
+
+def mean_absolute_error(preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1) -> torch.Tensor:
+    """Mean absolute error, per output when ``num_outputs > 1``.
+
+    Example:
+        >>> import torch
+        >>> mean_absolute_error(torch.tensor([2.5, 5.0, 4.0, 8.0]), torch.tensor([3.0, 5.0, 2.5, 7.0]))
+        tensor(0.7500)
+    """
+    sum_abs, count = mean_absolute_error_stats(preds, target, num_outputs)
+    return _squeeze_single(sum_abs / count)
+
+
+# -------------------------------------------------------------------------------------------------------- R²
+def r2_score_stats(
+    preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(Σ t², Σ t, Σ (t - p)², N)`` per output (``N`` a scalar)."""
+    p, t = _columns(preds, target, num_outputs, flatten=False)
+    return (t * t).sum(0), t.sum(0), ((t - p) ** 2).sum(0), torch.tensor(p.shape[0], device=p.device)
+
+
+def _check_r2_args(adjusted: int, multioutput: str) -> None:
+    if not isinstance(adjusted, int) or isinstance(adjusted, bool) or adjusted < 0:
+        raise ValueError(f"`adjusted` must be an int >= 0; got {adjusted!r}")
+    if multioutput not in MULTIOUTPUTS:
+        raise ValueError(f"`multioutput` must be one of {MULTIOUTPUTS}; got {multioutput!r}")
+
+
+def r2_score_from_stats(
+    sum_sq_obs: torch.Tensor,
+    sum_obs: torch.Tensor,
+    rss: torch.Tensor,
+    count: torch.Tensor,
+    adjusted: int = 0,
+    multioutput: str = "uniform_average",
+) -> torch.Tensor:
+    """R² from the sums of :func:`r2_score_stats`.
+
+    Like torchmetrics: an output whose residual sum is ~0 (``|rss| <= 1e-4``) scores 1, one whose target is
+    ~constant (``|tss| <= 1e-4``) but residual is not scores 0.
+
+    Raises:
+        ValueError: fewer than two observations, or a bad ``adjusted``/``multioutput``.
+    """
+    _check_r2_args(adjusted, multioutput)
+    n = int(count)
+    if n < 2:
+        raise ValueError(f"R2 score needs at least two observations; got {n}")
+    tss = sum_sq_obs - sum_obs * sum_obs / count
+    rss_zero = rss.abs() <= 1e-4
+    tss_zero = tss.abs() <= 1e-4
+    usable = ~rss_zero & ~tss_zero
+    ratio = rss / torch.where(usable, tss, torch.ones_like(tss))  # no inf/NaN in the branch not taken
+    raw = torch.where(usable, 1 - ratio, torch.where(rss_zero, torch.ones_like(rss), torch.zeros_like(rss)))
+    if multioutput == "raw_values":
+        r2 = raw
+    elif multioutput == "uniform_average":
+        r2 = raw.mean()
+    else:
+        r2 = (tss / tss.sum() * raw).sum()
+    if adjusted:
+        if adjusted >= n - 1:
+            warnings.warn(
+                f"`adjusted`={adjusted} regressors need more than {adjusted + 1} observations (got {n}); "
+                "returning the unadjusted R2 score",
+                UserWarning,
+                stacklevel=2,
+            )
+        else:
+            r2 = 1 - (1 - r2) * (n - 1) / (n - adjusted - 1)
+    return r2
+
+
+def r2_score(
+    preds: torch.Tensor, target: torch.Tensor, adjusted: int = 0, multioutput: str = "uniform_average"
+) -> torch.Tensor:
+    """Coefficient of determination ``1 - Σ (t - p)² / Σ (t - t̄)²``; ``preds`` of shape ``(N,)`` or ``(N, M)``.
+
+    Example:
+        >>> import torch
+        >>> r2_score(torch.tensor([2.5, 0.0, 2.0, 8.0]), torch.tensor([3.0, -0.5, 2.0, 7.0]))
+        tensor(0.9486)
+    """
+    _check_r2_args(adjusted, multioutput)
+    outputs = preds.shape[1] if isinstance(preds, torch.Tensor) and preds.ndim == 2 else 1
+    if isinstance(preds, torch.Tensor) and preds.ndim > 2:
+        raise ValueError(f"`preds` must have shape (N,) or (N, M); got {tuple(preds.shape)}")
+    return r2_score_from_stats(*r2_score_stats(preds, target, outputs), adjusted=adjusted, multioutput=multioutput)
+
+
+# -------------------------------------------------------------------------------------------------- Pearson
+def pearson_corrcoef_stats(preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1) -> torch.Tensor:
+    """The six sums ``(N, Σx, Σy, Σx², Σy², Σxy)`` stacked into one float64 tensor of shape ``(6, num_outputs)``.
+
+    Accumulated in float64 whatever the input dtype (the gradient still flows back to float32 inputs).
+    """
+    x, y = _columns(preds, target, num_outputs, flatten=False)
+    x, y = x.to(torch.float64), y.to(torch.float64)
+    n = x.new_full((x.shape[1],), float(x.shape[0]))
+    return torch.stack([n, x.sum(0), y.sum(0), (x * x).sum(0), (y * y).sum(0), (x * y).sum(0)])
+
+
+def pearson_corrcoef_from_stats(stats: torch.Tensor) -> torch.Tensor:
+    """Pearson's r from the six sums of :func:`pearson_corrcoef_stats` (NaN, with a warning, for ~zero variance).
+
+    The centred sums are ``Σx² - (Σx)²/N`` etc.: when ``|mean| ≫ std`` they lose about ``log10(mean²/var)``
+    digits to cancellation, which float64 accumulation keeps harmless for everyday data. A centred sum below
+    ``4 · N · eps · Σx²`` is indistinguishable from rounding error and counts as zero variance.
+    """
+    n, sx, sy, sxx, syy, sxy = stats
+    vx = sxx - sx * sx / n
+    vy = syy - sy * sy / n
+    cxy = sxy - sx * sy / n
+    eps = torch.finfo(stats.dtype).eps
+    noise_x, noise_y = 4 * n * eps * sxx, 4 * n * eps * syy
+    valid = (vx > noise_x) & (vy > noise_y) & torch.isfinite(vx) & torch.isfinite(vy) & torch.isfinite(cxy)
+    if not bool(valid.all()):
+        warnings.warn(
+            "The variance of `preds` or `target` is zero (or lost to rounding); Pearson's r is NaN there",
+            UserWarning,
+            stacklevel=2,
+        )
+    denom = torch.where(valid, vx * vy, torch.ones_like(vx))  # no inf/NaN gradient from the branch not taken
+    r = torch.where(valid, (cxy / torch.sqrt(denom)).clamp(-1.0, 1.0), torch.full_like(vx, math.nan))
+    return _squeeze_single(r)
+
+
+def pearson_corrcoef(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Pearson correlation coefficient of ``(N,)`` inputs, or per column of ``(N, M)`` inputs (float64 sums).
+
+    Example:
+        >>> import torch
+        >>> pearson_corrcoef(torch.tensor([2.5, 0.0, 2.0, 8.0]), torch.tensor([3.0, -0.5, 2.0, 7.0]))
+        tensor(0.9849)
+    """
+    if isinstance(preds, torch.Tensor) and preds.ndim > 2:
+        raise ValueError(f"`preds` must have shape (N,) or (N, M); got {tuple(preds.shape)}")
+    outputs = preds.shape[1] if isinstance(preds, torch.Tensor) and preds.ndim == 2 else 1
+    r = pearson_corrcoef_from_stats(pearson_corrcoef_stats(preds, target, outputs))
+    return r.to(preds.dtype if preds.is_floating_point() else torch.get_default_dtype())
+
+
+# ------------------------------------------------------------------------------------------ cosine similarity
+def cosine_similarity_rows(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-row cosine similarity ``⟨p, t⟩ / (|p| |t|)`` of two ``(N, D)`` tensors (NaN for a zero row)."""
+    _check_pair(preds, target)
+    if preds.ndim != 2:
+        raise ValueError(f"`preds` and `target` must be 2-D (N, D); got shape {tuple(preds.shape)}")
+    p, t = _as_float(preds), _as_float(target)
+    return (p * t).sum(-1) / (p.norm(dim=-1) * t.norm(dim=-1))
+
+
+def _check_cosine_reduction(reduction: str | None) -> None:
+    if reduction not in COSINE_REDUCTIONS:
+        raise ValueError(f"`reduction` must be one of {COSINE_REDUCTIONS}; got {reduction!r}")
+
+
+def cosine_similarity(preds: torch.Tensor, target: torch.Tensor, reduction: str | None = "sum") -> torch.Tensor:
+    """Cosine similarity of the rows of ``preds`` and ``target`` (``(N, D)``), summed, averaged or per row.
+
+    Example:
+        >>> import torch
+        >>> cosine_similarity(torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+        tensor(1.7071)
+    """
+    _check_cosine_reduction(reduction)
+    sims = cosine_similarity_rows(preds, target)
+    if reduction == "sum":
+        return sims.sum()
+    if reduction == "mean":
+        return sims.mean()
+    return sims

@@ -1,0 +1,274 @@
+"""Cross-modal retrieval over paired embeddings: ranks, recall@k, mean/median rank and mAP@k, scored in chunks.
+
+Row ``i`` of ``image`` and row ``i`` of ``text`` are a pair. Image-to-text (``"i2t"``) retrieval uses each image
+as a query against every text (the gallery), text-to-image (``"t2i"``) the reverse. A gallery item is a
+*positive* of a query when it is the query's own pair or, with ``labels``, when it has the query's label
+(several captions of one image, several images of one class). Scores are dot products, of L2-normalized
+embeddings (cosine similarity) by default.
+
+Definitions (per query, then averaged over queries):
+
+- **rank**: 1 + the number of non-positive gallery items scoring at least as high as the best-scoring positive
+  (ties count against the query: constant embeddings give the worst rank, never a perfect one);
+- **R@k**: 1 if the rank is at most ``k`` (some positive is among the top ``k``), else 0;
+- **AP@k** (torchmetrics' ``retrieval_average_precision`` with ``top_k``): over the top ``min(k, G)`` items, the
+  mean of precision@i at the positions ``i`` holding a positive, 0 when none of them does. Unlike torchmetrics,
+  a positive with a score ``<= 0`` still counts as relevant (cosine scores are often negative; a ranking
+  metric must not depend on the scores' sign).
+
+Queries are scored ``chunk_size`` at a time, so the memory is ``O(chunk_size × G)`` instead of ``O(N × G)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+DIRECTIONS = ("i2t", "t2i")
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+def check_top_k(top_k: Any, name: str = "top_k") -> tuple[int, ...]:
+    """``top_k`` as a tuple of positive ints (an int or a non-empty sequence of them)."""
+    ks = (top_k,) if isinstance(top_k, int) and not isinstance(top_k, bool) else top_k
+    if (
+        not isinstance(ks, Sequence)
+        or not ks
+        or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in ks)
+    ):
+        raise ValueError(f"`{name}` must be a positive int or a non-empty sequence of them; got {top_k!r}")
+    return tuple(ks)
+
+
+def check_directions(directions: Any) -> tuple[str, ...]:
+    ds = (directions,) if isinstance(directions, str) else directions
+    if not isinstance(ds, Sequence) or not ds or any(d not in DIRECTIONS for d in ds):
+        raise ValueError(f"`directions` must be a non-empty sequence of {DIRECTIONS}; got {directions!r}")
+    return tuple(ds)
+
+
+def check_chunk_size(chunk_size: Any) -> int:
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+        raise ValueError(f"`chunk_size` must be a positive int; got {chunk_size!r}")
+    return chunk_size
+
+
+def check_pairs(
+    image: torch.Tensor, text: torch.Tensor, labels: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Validate paired ``(N, D)`` floating embeddings and optional ``(N,)`` integer labels ``>= 0``."""
+    for name, x in (("image", image), ("text", text)):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"`{name}` must be a tensor; got {type(x).__name__}")
+        if x.ndim != 2 or not x.is_floating_point():
+            raise ValueError(f"`{name}` must be a floating (N, D) tensor; got shape {tuple(x.shape)} dtype {x.dtype}")
+    if image.shape != text.shape:
+        raise ValueError(
+            f"`image` and `text` must be paired rows of one shape (N, D); got {tuple(image.shape)} "
+            f"and {tuple(text.shape)}"
+        )
+    if labels is not None:
+        if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex():
+            raise ValueError(f"`labels` must be an integer tensor of shape (N,); got {labels!r}")
+        if labels.shape != image.shape[:1]:
+            raise ValueError(f"`labels` must have shape ({image.shape[0]},); got {tuple(labels.shape)}")
+        if labels.numel() and bool((labels < 0).any()):
+            raise ValueError(f"`labels` must be >= 0; found {labels[labels < 0][:5].tolist()}")
+    return image, text, labels
+
+
+# ------------------------------------------------------------------------------------------------- scoring
+def query_scores(
+    queries: torch.Tensor,
+    gallery: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    chunk_size: int = 1024,
+    ap_k: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rank of the best positive of each query (``int64``) and, with ``ap_k``, its AP@``ap_k`` (float64).
+
+    ``queries[i]`` and ``gallery[i]`` are a pair (positives of each other); with ``labels`` (``-1``: no label),
+    also every gallery row with the query's label. Queries are scored ``chunk_size`` rows at a time.
+    """
+    n = queries.shape[0]
+    ranks, aps = [], []
+    for start in range(0, n, chunk_size):
+        stop = min(start + chunk_size, n)
+        scores = queries[start:stop] @ gallery.T  # (c, G): the only O(chunk x gallery) tensors live in this loop
+        rows = torch.arange(stop - start, device=scores.device)
+        positive = torch.zeros_like(scores, dtype=torch.bool)
+        positive[rows, rows + start] = True
+        if labels is not None:
+            own = labels[start:stop, None]
+            positive |= (own == labels[None, :]) & (own >= 0)
+        best = scores.masked_fill(~positive, float("-inf")).amax(1, keepdim=True)
+        ranks.append(1 + ((scores >= best) & ~positive).sum(1))
+        if ap_k is not None:
+            k = min(ap_k, scores.shape[1])
+            top = scores.topk(k, dim=1).indices
+            relevant = positive.gather(1, top).to(torch.float64)
+            precision_at = relevant.cumsum(1) / torch.arange(1, k + 1, device=scores.device, dtype=torch.float64)
+            hits = relevant.sum(1)
+            aps.append((precision_at * relevant).sum(1) / hits.clamp(min=1))
+    empty_long = torch.zeros(0, dtype=torch.int64, device=queries.device)
+    rank = torch.cat(ranks) if ranks else empty_long
+    ap = None if ap_k is None else (torch.cat(aps) if aps else torch.zeros(0, dtype=torch.float64))
+    return rank, ap
+
+
+def _embed(x: torch.Tensor, normalize: bool) -> torch.Tensor:
+    return F.normalize(x, dim=-1) if normalize else x
+
+
+def _per_direction(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    labels: torch.Tensor | None,
+    directions: Sequence[str],
+    normalize: bool,
+    chunk_size: int,
+    ap_k: int | None = None,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+    image, text, labels = check_pairs(image, text, labels)
+    directions = check_directions(directions)
+    chunk_size = check_chunk_size(chunk_size)
+    image, text = _embed(image.detach(), normalize), _embed(text.detach(), normalize)
+    pairs = {"i2t": (image, text), "t2i": (text, image)}
+    return {d: query_scores(*pairs[d], labels, chunk_size, ap_k) for d in directions}
+
+
+def retrieval_ranks(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    directions: Sequence[str] = DIRECTIONS,
+    normalize: bool = True,
+    chunk_size: int = 1024,
+) -> dict[str, torch.Tensor]:
+    """Per direction, the rank of each query's best positive: ``{"i2t": (N,), "t2i": (N,)}`` (``int64``).
+
+    Example:
+        >>> import torch
+        >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
+        >>> retrieval_ranks(image, text)
+        {'i2t': tensor([2, 3, 1]), 't2i': tensor([1, 3, 1])}
+    """
+    return {d: r for d, (r, _) in _per_direction(image, text, labels, directions, normalize, chunk_size).items()}
+
+
+def recall_at_k_from_ranks(ranks: dict[str, torch.Tensor], top_k: Sequence[int]) -> dict[str, torch.Tensor]:
+    """``{"<direction>_R@<k>": fraction of queries ranked within k}`` (NaN without queries)."""
+    dtype = torch.get_default_dtype()
+    return {f"{d}_R@{k}": (r <= k).to(dtype).mean() for d, r in ranks.items() for k in top_k}
+
+
+def retrieval_recall_at_k(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    top_k: int | Sequence[int] = (1, 5, 10),
+    directions: Sequence[str] = DIRECTIONS,
+    normalize: bool = True,
+    chunk_size: int = 1024,
+) -> dict[str, torch.Tensor]:
+    """Recall@k per direction and k, keyed ``"i2t_R@1"``, ``"t2i_R@5"``, ...
+
+    Example:
+        >>> import torch
+        >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
+        >>> retrieval_recall_at_k(image, text, top_k=(1, 2), directions=("i2t",))
+        {'i2t_R@1': tensor(0.3333), 'i2t_R@2': tensor(0.6667)}
+    """
+    ks = check_top_k(top_k)
+    return recall_at_k_from_ranks(retrieval_ranks(image, text, labels, directions, normalize, chunk_size), ks)
+
+
+def mean_rank_from_ranks(ranks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``{"<direction>_mean_rank": mean rank}``."""
+    dtype = torch.get_default_dtype()
+    return {f"{d}_mean_rank": r.to(torch.float64).mean().to(dtype) for d, r in ranks.items()}
+
+
+def median_rank_from_ranks(ranks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``{"<direction>_median_rank": median rank}``, the mean of the two middle ranks for an even count (as
+    ``numpy.median``; ``torch.median`` would return the lower one)."""
+    dtype = torch.get_default_dtype()
+    out = {}
+    for d, r in ranks.items():
+        value = torch.quantile(r.to(torch.float64), 0.5) if r.numel() else torch.tensor(float("nan"))
+        out[f"{d}_median_rank"] = value.to(dtype)
+    return out
+
+
+def retrieval_mean_rank(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    directions: Sequence[str] = DIRECTIONS,
+    normalize: bool = True,
+    chunk_size: int = 1024,
+) -> dict[str, torch.Tensor]:
+    """Mean rank of the best positive per direction, keyed ``"i2t_mean_rank"``, ``"t2i_mean_rank"``.
+
+    Example:
+        >>> import torch
+        >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
+        >>> retrieval_mean_rank(image, text)
+        {'i2t_mean_rank': tensor(2.), 't2i_mean_rank': tensor(1.6667)}
+    """
+    return mean_rank_from_ranks(retrieval_ranks(image, text, labels, directions, normalize, chunk_size))
+
+
+def retrieval_median_rank(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    directions: Sequence[str] = DIRECTIONS,
+    normalize: bool = True,
+    chunk_size: int = 1024,
+) -> dict[str, torch.Tensor]:
+    """Median rank of the best positive per direction, keyed ``"i2t_median_rank"``, ``"t2i_median_rank"``.
+
+    Example:
+        >>> import torch
+        >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
+        >>> retrieval_median_rank(image, text)
+        {'i2t_median_rank': tensor(2.), 't2i_median_rank': tensor(1.)}
+    """
+    return median_rank_from_ranks(retrieval_ranks(image, text, labels, directions, normalize, chunk_size))
+
+
+def retrieval_map_at_k(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    top_k: int = 10,
+    directions: Sequence[str] = DIRECTIONS,
+    normalize: bool = True,
+    chunk_size: int = 1024,
+) -> dict[str, torch.Tensor]:
+    """Mean average precision over the top ``top_k`` per direction, keyed ``"i2t_mAP@10"``, ...
+
+    Example:
+        >>> import torch
+        >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
+        >>> retrieval_map_at_k(image, text, labels=torch.tensor([0, 1, 0]), top_k=2)
+        {'i2t_mAP@2': tensor(0.5000), 't2i_mAP@2': tensor(0.6667)}
+    """
+    (k,) = check_top_k(top_k)
+    per = _per_direction(image, text, labels, directions, normalize, chunk_size, ap_k=k)
+    return map_from_aps({d: ap for d, (_, ap) in per.items()}, k)
+
+
+def map_from_aps(aps: dict[str, torch.Tensor | None], k: int) -> dict[str, torch.Tensor]:
+    """``{"<direction>_mAP@<k>": mean AP}`` (NaN without queries)."""
+    dtype = torch.get_default_dtype()
+    return {f"{d}_mAP@{k}": ap.mean().to(dtype) for d, ap in aps.items() if ap is not None}

@@ -1,0 +1,269 @@
+"""Differentiable regression metrics whose states are sums (sufficient statistics), never concatenations.
+
+The value of a global batch is a function of the sums of every rank's statistics, so with
+``dist_sync_on_step=True`` each of these metrics is a global-batch loss: one collective per step (every state
+is a ``sum`` state), the same value on every rank, and after DDP's gradient averaging the one-device gradient
+(DESIGN §1; the base class scales each rank's own contribution by the group size).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchmetrics_diff.functional._regression import (
+    _check_cosine_reduction,
+    _check_r2_args,
+    cosine_similarity_rows,
+    mean_absolute_error_stats,
+    mean_squared_error_from_stats,
+    mean_squared_error_stats,
+    pearson_corrcoef_from_stats,
+    pearson_corrcoef_stats,
+    r2_score_from_stats,
+    r2_score_stats,
+)
+from torchmetrics_diff.metric import Metric, dim_zero_cat
+
+
+def _check_outputs(num_outputs: Any) -> int:
+    if not isinstance(num_outputs, int) or isinstance(num_outputs, bool) or num_outputs < 1:
+        raise ValueError(f"`num_outputs` must be a positive int; got {num_outputs!r}")
+    return num_outputs
+
+
+class MeanSquaredError(Metric):
+    """Mean squared error ``Σ (p - t)² / N`` (root mean squared error with ``squared=False``).
+
+    States: ``sum_squared_error`` (``(num_outputs,)``, ``sum``) and ``total`` (``int64``, ``sum``).
+
+    Args:
+        squared: ``False`` returns the root mean squared error.
+        num_outputs: outputs per row; with more than one, inputs have shape ``(N, num_outputs)`` and the result
+            one value per output. With one, every element of any shape is an observation.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Raises:
+        ValueError: ``squared`` is not a bool, ``num_outputs`` not a positive int; in ``update``, shapes differ.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import MeanSquaredError
+        >>> metric = MeanSquaredError()
+        >>> metric(torch.tensor([2.5, 5.0]), torch.tensor([3.0, 5.0]))
+        tensor(0.1250)
+        >>> metric.update(torch.tensor([4.0, 8.0]), torch.tensor([2.5, 7.0]))
+        >>> metric.compute()
+        tensor(0.8750)
+    """
+
+    is_differentiable = True
+    higher_is_better = False
+    full_state_update = False
+
+    def __init__(self, squared: bool = True, num_outputs: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(squared, bool):
+            raise ValueError(f"`squared` must be a bool; got {squared!r}")
+        self.squared = squared
+        self.num_outputs = _check_outputs(num_outputs)
+        self.add_state("sum_squared_error", torch.zeros(num_outputs), dist_reduce_fx="sum")
+        self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Add the squared errors of a batch."""
+        sum_sq, count = mean_squared_error_stats(preds, target, self.num_outputs)
+        self.sum_squared_error = self.sum_squared_error + sum_sq
+        self.total = self.total + count.to(self.total.device)
+
+    def compute(self) -> torch.Tensor:
+        """The (root) mean squared error of every row seen; NaN before any row."""
+        return mean_squared_error_from_stats(self.sum_squared_error, self.total, self.squared)
+
+
+class MeanAbsoluteError(Metric):
+    """Mean absolute error ``Σ |p - t| / N``.
+
+    Args:
+        num_outputs: as for :class:`MeanSquaredError`.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import MeanAbsoluteError
+        >>> metric = MeanAbsoluteError()
+        >>> metric.update(torch.tensor([2.5, 5.0, 4.0, 8.0]), torch.tensor([3.0, 5.0, 2.5, 7.0]))
+        >>> metric.compute()
+        tensor(0.7500)
+    """
+
+    is_differentiable = True
+    higher_is_better = False
+    full_state_update = False
+
+    def __init__(self, num_outputs: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.num_outputs = _check_outputs(num_outputs)
+        self.add_state("sum_abs_error", torch.zeros(num_outputs), dist_reduce_fx="sum")
+        self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Add the absolute errors of a batch."""
+        sum_abs, count = mean_absolute_error_stats(preds, target, self.num_outputs)
+        self.sum_abs_error = self.sum_abs_error + sum_abs
+        self.total = self.total + count.to(self.total.device)
+
+    def compute(self) -> torch.Tensor:
+        """The mean absolute error of every row seen; NaN before any row."""
+        mae = self.sum_abs_error / self.total
+        return mae.reshape(()) if mae.numel() == 1 else mae
+
+
+class R2Score(Metric):
+    """Coefficient of determination ``R² = 1 - Σ (t - p)² / Σ (t - t̄)²`` from the sums ``Σt``, ``Σt²``,
+    ``Σ (t - p)²`` and ``N``.
+
+    Args:
+        adjusted: number of regressors ``k`` for the adjusted score ``1 - (1 - R²)(N - 1)/(N - k - 1)``.
+        multioutput: ``"uniform_average"``, ``"raw_values"`` (one score per output) or ``"variance_weighted"``.
+        num_outputs: outputs per row (inputs ``(N,)`` or ``(N, num_outputs)``). torchmetrics infers it from the
+            first batch; here the states need their shape up front, so that a rank without rows agrees with
+            the others when they sync.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Raises:
+        ValueError: bad arguments; in ``compute``, fewer than two observations.
+
+    The total sum of squares is ``Σt² - (Σt)²/N``: it cancels digits when ``|t̄| ≫ std(t)``; use
+    :meth:`~torchmetrics_diff.Metric.set_dtype` (``torch.float64``) for such targets.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import R2Score
+        >>> metric = R2Score()
+        >>> metric.update(torch.tensor([2.5, 0.0, 2.0, 8.0]), torch.tensor([3.0, -0.5, 2.0, 7.0]))
+        >>> metric.compute()
+        tensor(0.9486)
+    """
+
+    is_differentiable = True
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(
+        self, adjusted: int = 0, multioutput: str = "uniform_average", num_outputs: int = 1, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.num_outputs = _check_outputs(num_outputs)
+        _check_r2_args(adjusted, multioutput)
+        self.adjusted, self.multioutput = adjusted, multioutput
+        for name in ("sum_squared_obs", "sum_obs", "residual"):
+            self.add_state(name, torch.zeros(num_outputs), dist_reduce_fx="sum")
+        self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Add a batch's sums."""
+        sum_sq, total, rss, count = r2_score_stats(preds, target, self.num_outputs)
+        self.sum_squared_obs = self.sum_squared_obs + sum_sq
+        self.sum_obs = self.sum_obs + total
+        self.residual = self.residual + rss
+        self.total = self.total + count.to(self.total.device)
+
+    def compute(self) -> torch.Tensor:
+        """R² of every row seen."""
+        return r2_score_from_stats(
+            self.sum_squared_obs, self.sum_obs, self.residual, self.total, self.adjusted, self.multioutput
+        )
+
+
+class PearsonCorrCoef(Metric):
+    """Pearson correlation coefficient from the float64 sums ``N, Σx, Σy, Σx², Σy², Σxy``.
+
+    ``r = (Σxy - ΣxΣy/N) / sqrt((Σx² - (Σx)²/N)(Σy² - (Σy)²/N))``, clamped to ``[-1, 1]``; NaN (with a
+    warning) where a variance is zero or below the rounding noise of its sums. The sums are one float64 state of
+    shape ``(6, num_outputs)`` whatever the metric's dtype (the result is cast to the metric's dtype), so the
+    cancellation in the centred sums costs digits only when ``|mean| / std`` exceeds about ``1e4``;
+    :meth:`~torchmetrics_diff.Metric.set_dtype` casts them too, like every floating state.
+
+    Args:
+        num_outputs: outputs per row (inputs ``(N,)`` or ``(N, num_outputs)``).
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import PearsonCorrCoef
+        >>> metric = PearsonCorrCoef()
+        >>> metric.update(torch.tensor([2.5, 0.0, 2.0, 8.0]), torch.tensor([3.0, -0.5, 2.0, 7.0]))
+        >>> metric.compute()
+        tensor(0.9849)
+    """
+
+    is_differentiable = True
+    higher_is_better = None
+    full_state_update = False
+
+    def __init__(self, num_outputs: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.num_outputs = _check_outputs(num_outputs)
+        self.add_state("sums", torch.zeros(6, num_outputs, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Add a batch's six sums."""
+        self.sums = self.sums + pearson_corrcoef_stats(preds, target, self.num_outputs)
+
+    def compute(self) -> torch.Tensor:
+        """Pearson's r of every row seen (one per output when ``num_outputs > 1``)."""
+        return pearson_corrcoef_from_stats(self.sums).to(self.dtype)
+
+
+class CosineSimilarity(Metric):
+    """Cosine similarity ``⟨p, t⟩ / (|p| |t|)`` of paired rows of ``(N, D)`` inputs, summed or averaged.
+
+    With ``reduction="sum"`` or ``"mean"`` the states are the sum of the row similarities and the row count
+    (``sum`` states); with ``"none"`` (or ``None``) the per-row similarities are a ``cat`` state and the result
+    is every row's similarity, in rank order.
+
+    Args:
+        reduction: ``"sum"`` (torchmetrics' default), ``"mean"``, ``"none"`` or ``None``.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import CosineSimilarity
+        >>> metric = CosineSimilarity(reduction="mean")
+        >>> metric.update(torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+        >>> metric.compute()
+        tensor(0.8536)
+    """
+
+    is_differentiable = True
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, reduction: str | None = "sum", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        _check_cosine_reduction(reduction)
+        self.reduction = reduction
+        if reduction in ("sum", "mean"):
+            self.add_state("sim_sum", torch.tensor(0.0), dist_reduce_fx="sum")
+            self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
+        else:
+            self.add_state("sims", [], dist_reduce_fx="cat")
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Add a batch of row pairs."""
+        sims = cosine_similarity_rows(preds, target)
+        if self.reduction in ("sum", "mean"):
+            self.sim_sum = self.sim_sum + sims.sum()
+            self.total = self.total + sims.shape[0]
+        else:  # appended even when empty: the rank stays in the graph, and on the sync engine's one-collective path
+            self.sims.append(sims)
+
+    def compute(self) -> torch.Tensor:
+        """The summed or mean similarity, or every row's similarity."""
+        if self.reduction == "sum":
+            return self.sim_sum
+        if self.reduction == "mean":
+            return self.sim_sum / self.total
+        return dim_zero_cat(self.sims) if self.sims else torch.zeros(0, dtype=self.dtype, device=self.device)

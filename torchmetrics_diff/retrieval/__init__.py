@@ -1,0 +1,12 @@
+"""Cross-modal retrieval metrics over the global gallery (every rank's rows), scored in memory-bounded chunks."""
+
+from __future__ import annotations
+
+from torchmetrics_diff.retrieval.cross_modal import (
+    RetrievalMAPAtK,
+    RetrievalMeanRank,
+    RetrievalMedianRank,
+    RetrievalRecallAtK,
+)
+
+__all__ = ["RetrievalMAPAtK", "RetrievalMeanRank", "RetrievalMedianRank", "RetrievalRecallAtK"]

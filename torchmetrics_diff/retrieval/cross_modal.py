@@ -1,0 +1,210 @@
+"""Cross-modal retrieval metrics whose gallery is every rank's rows.
+
+Each rank appends its paired image/text embeddings (and labels) to ``cat`` list states; ``compute`` gathers
+every rank's rows in one collective (the sync engine) and scores every query against the whole global
+gallery, ``chunk_size`` queries at a time. The definitions (rank, R@k, AP@k, positives) are those of
+:mod:`torchmetrics_diff.functional._retrieval`; results are dicts keyed by direction and cut-off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from torchmetrics_diff.functional._retrieval import (
+    DIRECTIONS,
+    check_chunk_size,
+    check_directions,
+    check_pairs,
+    check_top_k,
+    map_from_aps,
+    mean_rank_from_ranks,
+    median_rank_from_ranks,
+    query_scores,
+    recall_at_k_from_ranks,
+)
+from torchmetrics_diff.metric import Metric, dim_zero_cat
+
+_ARGS = """
+        directions: which of ``"i2t"`` (image queries, text gallery) and ``"t2i"`` to score.
+        normalize: L2-normalize the embeddings first (scores are cosine similarities); ``False`` uses raw dot
+            products.
+        chunk_size: queries scored at a time; the peak memory of ``compute`` is about
+            ``chunk_size × N`` scores (``N`` the global number of pairs).
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments (``compute_on_cpu=True`` keeps the
+            stored embeddings off the accelerator)."""
+
+
+class _CrossModalRetrieval(Metric):
+    """Stores paired embeddings (and labels, ``-1`` where none were given) as ``cat`` states."""
+
+    is_differentiable = False
+    full_state_update = False
+
+    def __init__(
+        self,
+        directions: Sequence[str] = DIRECTIONS,
+        normalize: bool = True,
+        chunk_size: int = 1024,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.directions = check_directions(directions)
+        if not isinstance(normalize, bool):
+            raise ValueError(f"`normalize` must be a bool; got {normalize!r}")
+        self.normalize = normalize
+        self.chunk_size = check_chunk_size(chunk_size)
+        self.add_state("image", [], dist_reduce_fx="cat")
+        self.add_state("text", [], dist_reduce_fx="cat")
+        self.add_state("labels", [], dist_reduce_fx="cat")
+
+    def update(self, image: torch.Tensor, text: torch.Tensor, labels: torch.Tensor | None = None) -> None:
+        """Append a batch of pairs: ``image`` and ``text`` ``(B, D)``, ``labels`` ``(B,)`` integers ``>= 0``
+        (rows sharing a label are positives of each other; without labels only a row's own pair is)."""
+        image, text, labels = check_pairs(image, text, labels)
+        # appended even when empty: a rank whose list states hold (empty) tensors agrees with the others on their
+        # dtype and shape, so its syncs stay on the engine's one-collective path
+        if self.normalize:  # normalized once here rather than at every compute
+            image, text = torch.nn.functional.normalize(image, dim=-1), torch.nn.functional.normalize(text, dim=-1)
+        self.image.append(image.to(self.dtype))
+        self.text.append(text.to(self.dtype))
+        missing = torch.full((image.shape[0],), -1, dtype=torch.int64, device=image.device)
+        self.labels.append(missing if labels is None else labels.to(torch.int64))
+
+    def _scored(self, ap_k: int | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+        if not self.image or not sum(x.shape[0] for x in self.image):
+            empty = torch.zeros(0, 1, dtype=self.dtype, device=self.device)
+            image = text = empty
+            labels = None
+        else:
+            image, text, labels = dim_zero_cat(self.image), dim_zero_cat(self.text), dim_zero_cat(self.labels)
+            labels = labels if bool((labels >= 0).any()) else None
+        pairs = {"i2t": (image, text), "t2i": (text, image)}
+        return {d: query_scores(*pairs[d], labels, self.chunk_size, ap_k) for d in self.directions}
+
+    def _ranks(self) -> dict[str, torch.Tensor]:
+        return {d: ranks for d, (ranks, _) in self._scored().items()}
+
+
+class RetrievalRecallAtK(_CrossModalRetrieval):
+    __doc__ = (
+        """Recall@k of cross-modal retrieval over the global gallery: the fraction of queries with a positive
+    among the ``k`` best-scoring gallery items, for each direction and each ``k``.
+
+    The result is a dict ``{"i2t_R@1": ..., "i2t_R@5": ..., "t2i_R@1": ...}`` (directions, then ``k``, in the
+    order given); NaN before any pair.
+
+    Args:
+        top_k: the cut-offs ``k`` (an int or a sequence of ints)."""
+        + _ARGS
+        + """
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import RetrievalRecallAtK
+        >>> metric = RetrievalRecallAtK(top_k=(1, 2))
+        >>> metric.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.1], [1.0, 0.0]]))
+        >>> metric.update(torch.tensor([[1.0, 1.0]]), torch.tensor([[0.9, 1.0]]))
+        >>> metric.compute()
+        {'i2t_R@1': tensor(0.3333), 'i2t_R@2': tensor(0.6667), 't2i_R@1': tensor(0.6667), 't2i_R@2': tensor(0.6667)}
+    """
+    )
+
+    higher_is_better = True
+
+    def __init__(self, top_k: int | Sequence[int] = (1, 5, 10), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.top_k = check_top_k(top_k)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """Recall@k per direction and ``k``."""
+        return recall_at_k_from_ranks(self._ranks(), self.top_k)
+
+
+class RetrievalMeanRank(_CrossModalRetrieval):
+    __doc__ = (
+        """Mean rank of each query's best positive over the global gallery (1 is perfect), per direction:
+    ``{"i2t_mean_rank": ..., "t2i_mean_rank": ...}``.
+
+    Args:"""
+        + _ARGS
+        + """
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import RetrievalMeanRank
+        >>> metric = RetrievalMeanRank()
+        >>> metric.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.1], [1.0, 0.0]]))
+        >>> metric.compute()
+        {'i2t_mean_rank': tensor(2.), 't2i_mean_rank': tensor(1.5000)}
+    """
+    )
+
+    higher_is_better = False
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """Mean rank per direction."""
+        return mean_rank_from_ranks(self._ranks())
+
+
+class RetrievalMedianRank(_CrossModalRetrieval):
+    __doc__ = (
+        """Median rank of each query's best positive over the global gallery, per direction (the mean of the two
+    middle ranks for an even count, as ``numpy.median``): ``{"i2t_median_rank": ..., "t2i_median_rank": ...}``.
+
+    Args:"""
+        + _ARGS
+        + """
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import RetrievalMedianRank
+        >>> metric = RetrievalMedianRank()
+        >>> metric.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.1], [1.0, 0.0]]))
+        >>> metric.compute()
+        {'i2t_median_rank': tensor(2.), 't2i_median_rank': tensor(1.5000)}
+    """
+    )
+
+    higher_is_better = False
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """Median rank per direction."""
+        return median_rank_from_ranks(self._ranks())
+
+
+class RetrievalMAPAtK(_CrossModalRetrieval):
+    __doc__ = (
+        """Mean average precision over the top ``k`` of the global gallery, per direction, with optional
+    multi-positive labels: ``{"i2t_mAP@10": ..., "t2i_mAP@10": ...}``. AP@k is torchmetrics'
+    ``retrieval_average_precision(top_k=k)`` of one query: the mean of precision@i over the positions ``i <= k``
+    holding a positive (0 when none does); unlike torchmetrics, positives scoring ``<= 0`` still count.
+
+    Args:
+        top_k: the cut-off ``k``."""
+        + _ARGS
+        + """
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import RetrievalMAPAtK
+        >>> metric = RetrievalMAPAtK(top_k=2)
+        >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
+        >>> metric.update(image, text, labels=torch.tensor([0, 1, 0]))
+        >>> metric.compute()
+        {'i2t_mAP@2': tensor(0.5000), 't2i_mAP@2': tensor(0.6667)}
+    """
+    )
+
+    higher_is_better = True
+
+    def __init__(self, top_k: int = 10, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        (self.top_k,) = check_top_k(top_k)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """mAP@k per direction."""
+        return map_from_aps({d: ap for d, (_, ap) in self._scored(self.top_k).items()}, self.top_k)
