@@ -334,6 +334,12 @@ class MetricCollection(nn.ModuleDict):
                     m._synced_cache = states[n]
                     m._set_states(synced[n])
                     synced_here.append(m)
+            for group in self._groups:  # followers read their leader's synced states: they must not sync them again
+                leader = self._modules[group[0]]
+                if leader._synced_cache is not None:
+                    for name in group[1:]:
+                        self._modules[name]._synced_cache = leader._synced_cache
+                        synced_here.append(self._modules[name])
             self._share_group_states()
             values = {name: m.compute() for name, m in self._modules.items()}
         finally:
