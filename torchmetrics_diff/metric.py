@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from torchmetrics_diff.distributed._backend import Group, group_size
+from torchmetrics_diff.distributed._compile import compiling, outside_graph
 from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, fail_sync, scale_state_grad, sync_states
 
 _REDUCTION_NAMES = (*REDUCTIONS,)
@@ -46,7 +47,7 @@ def dim_zero_cat(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(1) if t.ndim == 0 else t for t in x])
 
 
-_BOOKKEEPING = frozenset({"_computed", "_update_count", "_in_lifecycle", "_synced_cache"})
+_BOOKKEEPING = frozenset({"_computed", "_eager_count", "_traced_count", "_in_lifecycle", "_synced_cache"})
 
 
 class _Lifecycle:
@@ -191,7 +192,10 @@ class Metric(nn.Module):
         self._defaults: dict[str, torch.Tensor | list] = {}
         self._reductions: dict[str, str | Callable | None] = {}
         self._persistent: dict[str, bool] = {}
-        self._update_count = 0
+        # the update count: a Python int in eager mode, a tensor for the updates made inside torch.compile'd code
+        # (Dynamo guards on every int it reads: an int counted there recompiles each step; see _add_count)
+        self._eager_count = 0
+        self._traced_count = torch.zeros((), dtype=torch.int64)
         self._computed: Any = None
         self._synced_cache: dict[str, Any] | None = None
         self._in_lifecycle = False
@@ -257,6 +261,29 @@ class Metric(nn.Module):
         return self._update_count
 
     @property
+    def _update_count(self) -> Any:
+        """The update count: an int in eager mode; under ``torch.compile`` a tensor (reading it as an int there
+        would be a graph break)."""
+        if compiling():
+            return self._traced_count + self._eager_count
+        return self._eager_count + int(self._traced_count)
+
+    @_update_count.setter
+    def _update_count(self, value: Any) -> None:
+        if compiling() and isinstance(value, torch.Tensor):
+            self._eager_count, self._traced_count = 0, value.to(torch.int64)
+        else:
+            self._eager_count, self._traced_count = int(value), torch.zeros((), dtype=torch.int64)
+
+    def _add_count(self, delta: int) -> None:
+        """Count ``delta`` updates without a Dynamo guard: traced code adds to a tensor (whose value no guard
+        reads), eager code to an int (a tensor add would cost ~2 µs per step)."""
+        if compiling():
+            self._traced_count = self._traced_count + delta
+        else:
+            self._eager_count += delta
+
+    @property
     def device(self) -> torch.device:
         """The device of the states."""
         return self._device
@@ -306,7 +333,7 @@ class Metric(nn.Module):
         # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
         snapshot = self._snapshot()
         self._computed = None
-        self._update_count += 1
+        self._add_count(1)  # not `+= 1`: under torch.compile, see _add_count
         try:
             with self._lifecycle(), torch.no_grad():  # accumulated states never hold a graph (nor a view of one)
                 raw(self, *_detach(args), **_detach(kwargs))
@@ -324,7 +351,9 @@ class Metric(nn.Module):
     def _compute_template(self, raw: Callable) -> Any:
         if self._in_lifecycle:
             return raw(self)
-        if self._update_count == 0:
+        if compiling() and self.sync_on_compute and group_size(self.process_group) > 1:
+            return _eager_compute(self, raw)  # the sync runs inside a context manager: one graph break around it all
+        if not compiling() and self._update_count == 0:  # (traced: the count is a tensor; no data-dependent branch)
             warnings.warn(
                 f"{type(self).__name__}.compute() was called before update(); the value is that of the default states",
                 UserWarning,
@@ -355,6 +384,8 @@ class Metric(nn.Module):
         With ``dist_sync_on_step=True`` the value is identical on every rank and, after ``backward`` and the
         trainer's gradient averaging, every parameter gradient equals the single-device one.
         """
+        if compiling() and self._syncs_on_step_eagerly():
+            return _eager_forward(self, *args, **kwargs)
         accumulated = self._begin_batch(args, kwargs)
         batch = self.metric_state
         try:
@@ -375,7 +406,7 @@ class Metric(nn.Module):
         sync's first round (``fail_with_peers``), so every rank raises instead of waiting.
         """
         self._computed = None
-        self._update_count += 1
+        self._add_count(1)  # not `+= 1`: under torch.compile, see _add_count
         accumulated = self.metric_state
         self._set_states({n: self._fresh(d) for n, d in self._defaults.items()})
         try:
@@ -390,13 +421,18 @@ class Metric(nn.Module):
             raise
         return accumulated
 
+    def _syncs_on_step_eagerly(self) -> bool:
+        """Whether ``forward`` syncs across ranks: then, under ``torch.compile``, the whole ``forward`` runs eagerly
+        behind one graph break (the sync is host-side, and Dynamo cannot resume after a break inside its ``try``)."""
+        return self.dist_sync_on_step and group_size(self.process_group) > 1
+
     def _syncs_on_step(self) -> bool:
         """Whether ``forward`` syncs through the engine (so peers wait in its first round)."""
         return self.dist_sync_on_step and self.dist_sync_fn is None and group_size(self.process_group) > 1
 
     def _abort_batch(self, accumulated: dict[str, Any]) -> None:
         self._set_states(accumulated)
-        self._update_count -= 1
+        self._add_count(-1)
 
     def _batch_value(self) -> Any:
         with self._lifecycle():
@@ -409,7 +445,9 @@ class Metric(nn.Module):
             with self._lifecycle(), torch.no_grad():
                 type(self)._raw_update(self, *_detach(args), **_detach(kwargs))
         else:
-            self._set_states(self._merged(accumulated, _detach(batch), self._update_count))
+            # the count only weighs `mean` states: reading it in traced code would guard on the eager count
+            count = self._update_count if "mean" in self._reductions.values() else 1
+            self._set_states(self._merged(accumulated, _detach(batch), count))
         if self.compute_on_cpu:
             self._move_list_states(torch.device("cpu"))
 
@@ -828,6 +866,12 @@ for _name, _fn in _COMPARE.items():
     setattr(Metric, f"__{_name}__", _operator(_fn))
 for _name, _fn in {"neg": torch.neg, "abs": torch.abs, "invert": torch.bitwise_not}.items():
     setattr(Metric, f"__{_name}__", _unary(_fn))
+
+
+# Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each
+# (torchmetrics_diff.distributed._compile.outside_graph; docs/guide/compile.rst).
+_eager_forward = outside_graph(Metric.forward)
+_eager_compute = outside_graph(Metric._compute_template)
 
 
 def _wrap(raw: Callable, template: Callable) -> Callable:

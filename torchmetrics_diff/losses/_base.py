@@ -51,7 +51,7 @@ class GlobalBatchLoss(Metric):
         """The loss of this call's global batch, differentiable; also recorded for :meth:`compute`."""
         value = self._loss(*args, sync=self.dist_sync_on_step, **kwargs)
         self._computed = None
-        self._update_count += 1
+        self._add_count(1)  # not `+= 1`: an int counted in compiled code is a guard that fails every step
         self._record(value)
         return value
 

@@ -1,0 +1,171 @@
+"""Compiled training steps on every rank: recompiles after warm-up, graph breaks per call, values and gradients.
+
+Run by ``run_distributed`` (module-level functions, picklable) and, at world size 1, in the test process too.
+Each body builds the same seeded float64 model on every rank (``tests.unittests.losses._common``), compiles a step
+that calls the loss (or metric, collection, compute) and counts Dynamo's work with ``torch._dynamo.utils.counters``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from tests.unittests.losses._common import (
+    Net,
+    bounds,
+    criterion_call,
+    make_batch,
+    make_criterion,
+    slice_rows,
+)
+from torchmetrics_diff import MeanMetric, MetricCollection, SumMetric
+
+
+def rows_of(world: int, rank: int, n_local: tuple[int, ...] | None) -> tuple[int, int, int]:
+    """``(lo, hi, n_global)``: this rank's rows of the global batch (uneven: rank r holds 3 + r rows)."""
+    sizes = n_local or tuple(3 + r for r in range(world))
+    lo, hi = bounds(sizes, rank)
+    return lo, hi, sum(sizes)
+
+
+def loss_step(kind: str, strategy: str | None, rank: int, world: int, sizes: tuple[int, ...] | None = None) -> tuple:
+    """``(step, batch, model, criterion)``: ``step(*batch)`` runs the model and the loss on this rank's rows."""
+    model = Net(kind)
+    criterion = make_criterion(kind, strategy)
+    lo, hi, n = rows_of(world, rank, sizes)
+    inputs, extra = make_batch(kind, n, "compile")
+    inputs, extra = slice_rows(inputs, lo, hi), slice_rows(extra, lo, hi)
+    n_in = len(inputs)
+
+    def step(*batch: torch.Tensor) -> torch.Tensor:
+        outputs = model(*batch[:n_in])
+        args, kwargs = criterion_call(kind, outputs, batch[n_in:])
+        return criterion(*args, **kwargs)
+
+    return step, (*inputs, *extra), model, criterion
+
+
+def metric_step(which: str, rank: int, world: int) -> tuple:
+    """A step calling a metric's ``forward``, a collection's, or ``compute`` after a forward (synced on step)."""
+    model = Net("mean")
+    lo, hi, n = rows_of(world, rank, None)
+    (x,), (y, weight, _mask) = make_batch("mean", n, "compile")
+    x, y, weight = x[lo:hi], y[lo:hi], weight[lo:hi]
+    opts = {"dist_sync_on_step": True, "nan_strategy": "disable"}
+    if which == "metric":
+        metric: Any = MeanMetric(**opts)
+    elif which == "collection":
+        metric = MetricCollection({"sum": SumMetric(**opts), "mean": MeanMetric(**opts)})
+    else:
+        metric = MeanMetric(**opts)
+
+    def step(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> Any:
+        err = (model(x)[0] - y) ** 2
+        out = metric(err, weight=weight.expand_as(err)) if which != "collection" else metric(err)
+        if which == "compute":
+            return out, metric.compute()
+        return out
+
+    return step, (x, y, weight), model, metric
+
+
+def make_step(case: tuple, rank: int, world: int) -> tuple:
+    if case[0] in ("metric", "collection", "compute"):
+        return metric_step(case[0], rank, world)
+    return loss_step(case[0], case[1], rank, world)
+
+
+def _total(out: Any) -> torch.Tensor:
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return sum(_total(o) for o in out)
+    return out
+
+
+def count_recompiles(
+    rank: int, world: int, cases: list[tuple], backend: str = "eager", steps: int = 100, warmup: int = 3
+) -> dict[str, dict[str, int]]:
+    """Per case: frames compiled during warm-up and during the ``steps`` steps after it (must be 0), breaks."""
+    out = {}
+    for case in cases:
+        torch._dynamo.reset()
+        counters.clear()
+        step, batch, model, _ = make_step(case, rank, world)
+        compiled = torch.compile(step, backend=backend)
+        for _ in range(warmup):
+            _total(compiled(*batch)).backward()
+        after_warmup = counters["frames"]["total"], counters["stats"]["unique_graphs"]
+        for _ in range(steps):
+            _total(compiled(*batch)).backward()
+        out[str(case)] = {
+            "warmup_frames": after_warmup[0],
+            "new_frames": counters["frames"]["total"] - after_warmup[0],
+            "new_graphs": counters["stats"]["unique_graphs"] - after_warmup[1],
+            "graph_breaks": sum(counters["graph_break"].values()),
+        }
+        model.zero_grad()
+    torch._dynamo.reset()
+    return out
+
+
+def count_breaks(rank: int, world: int, cases: list[tuple]) -> dict[str, Any]:
+    """Per case: graph breaks of one compiled call (``torch._dynamo.explain``), with their reasons."""
+    out = {}
+    for case in cases:
+        torch._dynamo.reset()
+        step, batch, _, _ = make_step(case, rank, world)
+        explained = torch._dynamo.explain(step)(*batch)
+        out[str(case)] = {
+            "breaks": explained.graph_break_count,
+            "reasons": [str(b.reason).splitlines()[0] for b in explained.break_reasons],
+        }
+    torch._dynamo.reset()
+    return out
+
+
+def compiled_equals_eager(
+    rank: int, world: int, cases: list[tuple], backend: str = "eager", steps: int = 3
+) -> dict[str, float]:
+    """Per case: the largest difference between compiled and eager values and parameter gradients (float64)."""
+    out = {}
+    for case in cases:
+        torch._dynamo.reset()
+        step_e, batch, model_e, crit_e = make_step(case, rank, world)
+        step_c, _, model_c, crit_c = make_step(case, rank, world)
+        compiled = torch.compile(step_c, backend=backend)
+        worst = 0.0
+        for _ in range(steps):
+            for p in (*model_e.parameters(), *model_c.parameters()):
+                p.grad = None
+            value_e, value_c = _total(step_e(*batch)), _total(compiled(*batch))
+            value_e.backward()
+            value_c.backward()
+            worst = max(worst, (value_e - value_c).abs().item())
+            for pe, pc in zip(model_e.parameters(), model_c.parameters()):
+                if pe.grad is not None or pc.grad is not None:
+                    worst = max(worst, (pe.grad - pc.grad).abs().max().item())
+        if hasattr(crit_e, "compute") and not isinstance(crit_e, MetricCollection):
+            worst = max(worst, (crit_e.compute() - crit_c.compute()).abs().item())
+        out[str(case)] = worst
+    torch._dynamo.reset()
+    return out
+
+
+LOSS_CASES: list[tuple] = [
+    ("clip", "sharded"),
+    ("clip", "replicated"),
+    ("infonce", "sharded"),
+    ("supcon", "sharded"),
+    ("siglip", "sharded"),
+    ("barlow", None),
+    ("mean", None),
+    ("tokence", None),
+]
+METRIC_CASES: list[tuple] = [("metric",), ("collection",), ("compute",)]
+
+_unused: Callable = copy.deepcopy
