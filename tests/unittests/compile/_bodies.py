@@ -7,8 +7,7 @@ that calls the loss (or metric, collection, compute) and counts Dynamo's work wi
 
 from __future__ import annotations
 
-import copy
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch._dynamo
@@ -156,6 +155,57 @@ def compiled_equals_eager(
     return out
 
 
+def check_cases(
+    rank: int, world: int, cases: list[tuple], backend: str = "eager", steps: int = 100, warmup: int = 2
+) -> dict[str, dict[str, Any]]:
+    """Per case, one compiled step and an eager twin (same seeded model and data), run side by side:
+
+    - ``breaks``/``reasons``: the graph breaks Dynamo made while compiling (during warm-up);
+    - ``new_frames``: frames compiled during the ``steps`` steps after warm-up (a recompile or a new frame; 0);
+    - ``worst``: the largest difference between compiled and eager values, gradients and ``compute()``.
+    """
+    out = {}
+    for case in cases:
+        torch._dynamo.reset()
+        counters.clear()
+        step_e, batch, model_e, crit_e = make_step(case, rank, world)
+        step_c, _, model_c, crit_c = make_step(case, rank, world)
+        compiled = torch.compile(step_c, backend=backend)
+        worst, frames = 0.0, 0
+        for i in range(warmup + steps):
+            if i == warmup:
+                frames = counters["frames"]["total"]
+            for p in (*model_e.parameters(), *model_c.parameters()):
+                p.grad = None
+            value_e, value_c = _total(step_e(*batch)), _total(compiled(*batch))
+            value_e.backward()
+            value_c.backward()
+            if i < warmup or i == warmup + steps - 1:  # the comparisons cost more than the steps
+                worst = max(worst, (value_e - value_c).abs().item())
+                for pe, pc in zip(model_e.parameters(), model_c.parameters()):
+                    worst = max(worst, (pe.grad - pc.grad).abs().max().item())
+        if not isinstance(crit_e, MetricCollection):
+            worst = max(worst, (crit_e.compute() - crit_c.compute()).abs().item())
+        out[str(case)] = {
+            "breaks": sum(counters["graph_break"].values()),
+            "reasons": sorted({r.splitlines()[0] for r in counters["graph_break"]}),
+            "new_frames": counters["frames"]["total"] - frames,
+            "worst": worst,
+        }
+    torch._dynamo.reset()
+    return out
+
+
+def count_break_points(rank: int, world: int, cases: list[tuple]) -> dict[str, Any]:
+    """:func:`count_breaks` with ``nested_graph_breaks``: one break per break point, not one per enclosing frame."""
+    nested = torch._dynamo.config.nested_graph_breaks
+    torch._dynamo.config.nested_graph_breaks = True
+    try:
+        return count_breaks(rank, world, cases)
+    finally:
+        torch._dynamo.config.nested_graph_breaks = nested
+
+
 LOSS_CASES: list[tuple] = [
     ("clip", "sharded"),
     ("clip", "replicated"),
@@ -168,4 +218,74 @@ LOSS_CASES: list[tuple] = [
 ]
 METRIC_CASES: list[tuple] = [("metric",), ("collection",), ("compute",)]
 
-_unused: Callable = copy.deepcopy
+
+
+
+# ------------------------------------------------------------------ the gradients of functional collectives
+
+
+def _coefficients(world: int, rows: int, cols: int) -> list[torch.Tensor]:
+    """Rank r's loss is ``Σ C_r * y``: a different, seeded function of the collective's result on every rank."""
+    g = torch.Generator().manual_seed(1234)
+    return [torch.randn(rows, cols, generator=g, dtype=torch.float64) for _ in range(world)]
+
+
+def funcol_gradients(rank: int, world: int) -> dict[str, float]:
+    """Largest error of each functional collective's gradient against the hand-built adjoint, eager and compiled.
+
+    ``all_reduce`` (sum): every rank's gradient is ``Σ_r' C_r'`` (the gradients of every rank summed: our
+    ``grad="sync"``); ``all_gather_tensor``: rank r's input receives ``Σ_r' C_r'[rows of r]`` (reduce-scatter).
+    ``sum_across_ranks`` must give the ``all_reduce`` answer in both modes.
+    """
+    from torch.distributed import _functional_collectives as funcol
+
+    from torchmetrics_diff.distributed._compile import sum_across_ranks
+
+    group = torch.distributed.group.WORLD
+    n, d = 2, 3
+    x0 = torch.arange(n * d, dtype=torch.float64).reshape(n, d) + 10 * rank
+    errors = {}
+
+    reduce_c = _coefficients(world, n, d)
+    gather_c = _coefficients(world, world * n, d)
+
+    def reduce_loss(x: torch.Tensor) -> torch.Tensor:
+        return (reduce_c[rank] * funcol.all_reduce(x, "sum", group)).sum()
+
+    def gather_loss(x: torch.Tensor) -> torch.Tensor:
+        return (gather_c[rank] * funcol.all_gather_tensor(x, 0, group)).sum()
+
+    def ours_loss(x: torch.Tensor) -> torch.Tensor:
+        return (reduce_c[rank] * sum_across_ranks(x, None, world)).sum()
+
+    expected_sum = sum(torch.arange(n * d, dtype=torch.float64).reshape(n, d) + 10 * r for r in range(world))
+    for label, fn, grad in (
+        ("all_reduce", reduce_loss, sum(reduce_c)),
+        ("all_gather_tensor", gather_loss, sum(gather_c)[rank * n : (rank + 1) * n]),
+        ("sum_across_ranks", ours_loss, sum(reduce_c)),
+    ):
+        for mode, run in (("eager", fn), ("compiled", torch.compile(fn, backend="eager", fullgraph=True))):
+            x = x0.clone().requires_grad_(True)
+            run(x).backward()
+            errors[f"{label} {mode} grad"] = (x.grad - grad).abs().max().item()
+        torch._dynamo.reset()
+    with torch.no_grad():
+        errors["sum_across_ranks value"] = (sum_across_ranks(x0, None, world) - expected_sum).abs().max().item()
+    return errors
+
+
+def fullgraph_calls(rank: int, world: int, cases: list[tuple]) -> dict[str, str]:
+    """Per case: ``"ok"`` when the step compiles with ``fullgraph=True`` (no graph break allowed), else the error."""
+    out = {}
+    for case in cases:
+        torch._dynamo.reset()
+        step, batch, _, _ = make_step(case, rank, world)
+        try:
+            compiled = torch.compile(step, backend="eager", fullgraph=True)
+            for _ in range(2):
+                _total(compiled(*batch)).backward()
+            out[str(case)] = "ok"
+        except Exception as err:  # reported, not raised: every case is checked
+            out[str(case)] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+    torch._dynamo.reset()
+    return out
