@@ -15,7 +15,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from torchmetrics_diff.distributed._autograd import _AllGatherFlat, _AllReduce
-from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._backend import (
     Group,
     all_gather_flat,
@@ -25,6 +24,7 @@ from torchmetrics_diff.distributed._backend import (
     group_rank,
     group_size,
 )
+from torchmetrics_diff.distributed._compile import outside_graph
 
 GRAD_MODES = ("none", "local", "sync")
 REDUCE_OPS = ("sum", "mean", "min", "max")

@@ -219,8 +219,6 @@ LOSS_CASES: list[tuple] = [
 METRIC_CASES: list[tuple] = [("metric",), ("collection",), ("compute",)]
 
 
-
-
 # ------------------------------------------------------------------ the gradients of functional collectives
 
 
