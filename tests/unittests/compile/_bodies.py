@@ -287,3 +287,43 @@ def fullgraph_calls(rank: int, world: int, cases: list[tuple]) -> dict[str, str]
             out[str(case)] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
     torch._dynamo.reset()
     return out
+
+
+def nan_aggregators(strategy: Any) -> dict[str, dict[str, Any]]:
+    """Per aggregator: graph breaks and new frames of a compiled step fed NaNs, and the largest difference of its
+    value, ``compute()`` and input gradient from the eager metric's (world size 1, no process group)."""
+    from torchmetrics_diff import MaxMetric, MinMetric
+
+    out = {}
+    g = torch.Generator().manual_seed(7)
+    batches = []
+    for i in range(6):
+        x = torch.randn(5, generator=g, dtype=torch.float64)
+        x[i % 5] = float("nan")
+        if i == 3:
+            x[:] = float("nan")  # a batch of NaNs only
+        batches.append(x)
+    for cls in (SumMetric, MeanMetric, MaxMetric, MinMetric):
+        torch._dynamo.reset()
+        counters.clear()
+        eager, traced = cls(nan_strategy=strategy).double(), cls(nan_strategy=strategy).double()
+        compiled = torch.compile(lambda x, m=traced: m(x * 1.0), backend="eager")
+        worst, frames = 0.0, 0
+        for i, x in enumerate(batches):
+            if i == 2:
+                frames = counters["frames"]["total"]
+            xe, xc = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+            ve, vc = eager(xe * 1.0), compiled(xc)
+            (ve.nan_to_num(0.0, 0.0, 0.0)).backward()
+            (vc.nan_to_num(0.0, 0.0, 0.0)).backward()
+            same_nan = bool(torch.isnan(ve) == torch.isnan(vc))
+            worst = max(worst, 0.0 if same_nan and torch.isnan(ve) else (ve - vc).abs().item() if same_nan else 1e9)
+            worst = max(worst, (xe.grad - xc.grad).abs().max().item())
+        worst = max(worst, (eager.compute() - traced.compute()).abs().item())
+        out[cls.__name__] = {
+            "breaks": sum(counters["graph_break"].values()),
+            "new_frames": counters["frames"]["total"] - frames,
+            "worst": worst,
+        }
+    torch._dynamo.reset()
+    return out

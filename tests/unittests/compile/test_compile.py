@@ -108,3 +108,13 @@ def test_functional_collectives_gradients_are_the_adjoints() -> None:
     eager and compiled (``fullgraph=True``: no break); ``sum_across_ranks`` agrees in both modes."""
     for rank, errors in enumerate(run_distributed(B.funcol_gradients, 2, timeout=300)):
         assert errors and max(errors.values()) == 0.0, f"rank {rank}: {errors}"
+
+
+@pytest.mark.parametrize("strategy", ["ignore", -1.0])
+def test_aggregators_with_nan_compile_without_break(strategy: object) -> None:
+    """``nan_strategy="ignore"`` or a float: NaNs are replaced in the graph (the reduction's neutral element with
+    weight 0, or the float) instead of a data-dependent drop; values, ``compute()`` and gradients equal eager."""
+    results = B.nan_aggregators(strategy)
+    for name, r in results.items():
+        assert r["breaks"] == 0 and r["new_frames"] == 0, f"{name}: {r}"
+        assert r["worst"] <= 1e-12, f"{name}: compiled differs from eager by {r['worst']:.3g}"
