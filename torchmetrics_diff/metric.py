@@ -257,7 +257,7 @@ class Metric(nn.Module):
 
     @property
     def update_count(self) -> int:
-        """How many times ``update`` (or ``forward``) ran since the last reset."""
+        """How many times ``update`` (or ``forward``) ran since the last reset (a tensor inside compiled code)."""
         return self._update_count
 
     @property
