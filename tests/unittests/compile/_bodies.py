@@ -22,6 +22,7 @@ from tests.unittests.losses._common import (
     slice_rows,
 )
 from torchmetrics_diff import MeanMetric, MetricCollection, SumMetric
+from torchmetrics_diff.distributed._compile import HOST_ROUND_TRIPS
 
 
 def rows_of(world: int, rank: int, n_local: tuple[int, ...] | None) -> tuple[int, int, int]:
@@ -118,10 +119,12 @@ def count_breaks(rank: int, world: int, cases: list[tuple]) -> dict[str, Any]:
     for case in cases:
         torch._dynamo.reset()
         step, batch, _, _ = make_step(case, rank, world)
+        HOST_ROUND_TRIPS.clear()
         explained = torch._dynamo.explain(step)(*batch)
         out[str(case)] = {
             "breaks": explained.graph_break_count,
             "reasons": [str(b.reason).splitlines()[0] for b in explained.break_reasons],
+            "host": dict(HOST_ROUND_TRIPS),
         }
     torch._dynamo.reset()
     return out
@@ -175,6 +178,7 @@ def check_cases(
         for i in range(warmup + steps):
             if i == warmup:
                 frames = counters["frames"]["total"]
+                HOST_ROUND_TRIPS.clear()
             for p in (*model_e.parameters(), *model_c.parameters()):
                 p.grad = None
             value_e, value_c = _total(step_e(*batch)), _total(compiled(*batch))
@@ -191,6 +195,7 @@ def check_cases(
             "reasons": sorted({r.splitlines()[0] for r in counters["graph_break"]}),
             "new_frames": counters["frames"]["total"] - frames,
             "worst": worst,
+            "host_per_step": {name: n / steps for name, n in HOST_ROUND_TRIPS.items()},
         }
     torch._dynamo.reset()
     return out
