@@ -12,7 +12,7 @@ The properties, per world size 1, 2, 3 (gloo, float64, uneven rows: rank r holds
 - the functional collectives the package uses in graphs have the adjoint gradients written by hand here.
 
 Compiling is slow on the 2-core CI machines, so each world size compiles every case once (``backend="eager"``)
-and reuses that compile for all checks; one ``inductor`` case runs at world size 1.
+and reuses that compile for all checks; the sharded CLIP loss also runs under ``inductor`` at world sizes 1 and 2.
 """
 
 from __future__ import annotations
@@ -89,6 +89,14 @@ def test_distributed_no_recompile_values_equal_eager(world: int) -> None:
     """In the gloo workers (a process group exists, also at world size 1): every case, 100 steps."""
     results = run_distributed(B.check_cases, world, ALL, timeout=400)
     problems = _problems(results, world)
+    assert not problems, "\n".join(problems)
+
+
+def test_world_size_2_inductor() -> None:
+    """The sharded CLIP loss under inductor at world size 2: the gather behind its break, the value's all-reduce a
+    functional collective inside the inductor graph; no recompile, values and gradients equal eager."""
+    results = run_distributed(B.check_cases, 2, [("clip", "sharded")], backend="inductor", timeout=400)
+    problems = _problems(results, 2, tolerance=1e-12)
     assert not problems, "\n".join(problems)
 
 
