@@ -15,6 +15,7 @@ from typing import Any, Callable, Union
 
 import torch
 
+from torchmetrics_diff.distributed._compile import compiling
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 NanStrategy = Union[str, float]
@@ -36,6 +37,9 @@ class BaseAggregator(Metric):
     is_differentiable = True
     full_state_update = False
     _repr_hidden = ("state_name",)
+    #: what a NaN counts as with ``nan_strategy="ignore"`` under ``torch.compile``: the reduction's neutral
+    #: element, so no data-dependent shape (and no graph break); ``None``: dropped, a graph break
+    _neutral: float | None = None
 
     def __init__(
         self,
@@ -69,6 +73,10 @@ class BaseAggregator(Metric):
         if self.nan_strategy == "disable":
             return None
         nans = torch.isnan(value) if weight is None else torch.isnan(value) | torch.isnan(weight)
+        if compiling() and (
+            isinstance(self.nan_strategy, float) or (self.nan_strategy == "ignore" and self._neutral is not None)
+        ):
+            return ~nans  # traced: NaNs replaced whatever the data (_replace_or_drop), no host decision
         if not bool(nans.any()):
             return None
         where = "`value`" if weight is None else "`value` or `weight`"
@@ -89,6 +97,8 @@ class BaseAggregator(Metric):
         """Its NaNs replaced by the ``nan_strategy`` float, or the entries not kept dropped."""
         if isinstance(self.nan_strategy, float):
             return torch.where(torch.isnan(value), torch.full_like(value, self.nan_strategy), value)
+        if compiling() and self.nan_strategy == "ignore" and self._neutral is not None:  # a NaN counts as neutral
+            return torch.where(keep, value, torch.full_like(value, self._neutral))
         return value[keep]
 
     def compute(self) -> torch.Tensor:
@@ -113,6 +123,8 @@ class SumMetric(BaseAggregator):
         >>> metric.compute()
         tensor(6.)
     """
+
+    _neutral = 0.0
 
     def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
         super().__init__("sum", torch.tensor(0.0), nan_strategy, state_name="sum_value", **kwargs)
@@ -159,6 +171,7 @@ class MaxMetric(_Extremum):
     """
 
     _op = "max"
+    _neutral = float("-inf")
 
 
 class MinMetric(_Extremum):
@@ -178,6 +191,7 @@ class MinMetric(_Extremum):
     """
 
     _op = "min"
+    _neutral = float("inf")
 
 
 class CatMetric(BaseAggregator):
@@ -230,6 +244,8 @@ class MeanMetric(BaseAggregator):
         tensor(2.3333)
     """
 
+    _neutral = 0.0  # with weight 0
+
     def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
         super().__init__("sum", torch.tensor(0.0), nan_strategy, state_name="mean_value", **kwargs)
         self.add_state("weight", default=torch.tensor(0.0), dist_reduce_fx="sum")
@@ -242,7 +258,9 @@ class MeanMetric(BaseAggregator):
         """
         value = self._as_tensor(value)
         scalar = isinstance(weight, (int, float)) and not isinstance(weight, bool)
-        if scalar and weight == weight:  # the common case: a finite scalar weight, no weight tensor (NaN != NaN)
+        traced_ignore = self.nan_strategy == "ignore" and compiling()  # NaNs get weight 0: the weighted path
+        # the common case: a finite scalar weight, no weight tensor (NaN != NaN)
+        if scalar and weight == weight and not traced_ignore:
             keep = self._nan_mask(value)
             if keep is not None:
                 value = self._replace_or_drop(value, keep)
@@ -260,6 +278,8 @@ class MeanMetric(BaseAggregator):
         if keep is not None:
             if isinstance(self.nan_strategy, float):  # NaNs of both replaced by the float
                 value, weight = self._replace_or_drop(value, keep), self._replace_or_drop(weight, keep)
+            elif traced_ignore:  # a NaN value or weight counts with weight 0 (no data-dependent shape)
+                value, weight = torch.where(keep, value, 0.0), torch.where(keep, weight, 0.0)
             else:
                 value, weight = value[keep], weight[keep]
         self.mean_value = self.mean_value + (value * weight).sum()

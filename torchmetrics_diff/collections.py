@@ -14,6 +14,7 @@ from torch import nn
 
 from torchmetrics_diff.composition import _route_kwargs
 from torchmetrics_diff.distributed._backend import Group
+from torchmetrics_diff.distributed._compile import compiling, outside_graph
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync
 from torchmetrics_diff.metric import Metric, _detach, sync_metrics
 
@@ -227,7 +228,7 @@ class MetricCollection(nn.ModuleDict):
             leader = self._modules[group[0]]
             for name in group[1:]:
                 self._modules[name]._set_states(leader.metric_state)
-                self._modules[name]._update_count = leader._update_count
+                self._modules[name]._update_count = leader._update_count  # (a tensor when compiled: no guard, no break)
                 self._modules[name]._computed = None
 
     def _results(self, values: dict[str, Any]) -> dict[str, Any]:
@@ -268,6 +269,8 @@ class MetricCollection(nn.ModuleDict):
 
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Every member's batch value; members with ``dist_sync_on_step`` are synced in one engine call."""
+        if compiling() and any(m._syncs_on_step_eagerly() for m in self._modules.values()):
+            return _eager_forward(self, *args, **kwargs)  # one graph break: see Metric._syncs_on_step_eagerly
         leaders = self._leaders()
         routed = {n: _route_kwargs(m, kwargs) for n, m in leaders.items()}
         accumulated: dict[str, dict[str, Any]] = {}
@@ -321,6 +324,8 @@ class MetricCollection(nn.ModuleDict):
 
     def compute(self) -> dict[str, Any]:
         """Every member's epoch value; all members' states synced in one engine call."""
+        if compiling() and any(m.sync_on_compute and m._distributed_available() for m in self._modules.values()):
+            return _eager_compute(self)  # one graph break: the sync runs inside try/finally
         leaders = self._leaders()
         syncing = {
             n: m for n, m in leaders.items() if m.sync_on_compute and m._synced_cache is None and not m._cache_usable()
@@ -427,3 +432,8 @@ class MetricCollection(nn.ModuleDict):
         inner = ",\n".join(f"  ({k}): {m!r}" for k, m in self._modules.items())
         extra = "".join(f", {n}={v!r}" for n, v in (("prefix", self.prefix), ("postfix", self.postfix)) if v)
         return f"{type(self).__name__}(\n{inner}{extra}\n)"
+
+
+# Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each.
+_eager_forward = outside_graph(MetricCollection.forward)
+_eager_compute = outside_graph(MetricCollection.compute)

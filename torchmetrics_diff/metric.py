@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from torchmetrics_diff.distributed._backend import Group, group_size
+from torchmetrics_diff.distributed._compile import compiling, outside_graph
 from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, fail_sync, scale_state_grad, sync_states
 
 _REDUCTION_NAMES = (*REDUCTIONS,)
@@ -48,7 +49,9 @@ def dim_zero_cat(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(1) if t.ndim == 0 else t for t in x])
 
 
-_BOOKKEEPING = frozenset({"_computed", "_update_count", "_in_lifecycle", "_synced_cache", "_forward_cache"})
+_BOOKKEEPING = frozenset(
+    {"_computed", "_eager_count", "_traced_count", "_in_lifecycle", "_synced_cache", "_forward_cache"}
+)
 # class-level facts about a metric: an instance cannot change them (as in torchmetrics)
 _CONSTANTS = frozenset(
     {
@@ -138,6 +141,8 @@ def _storages(states: dict[str, Any]) -> set[int]:
 
 def _unaliased(value: Any, states: dict[str, Any]) -> Any:
     """``value`` with every tensor that shares memory with a state replaced by a copy."""
+    if compiling():  # storage addresses are not traceable: copy every tensor (compute values are small)
+        return _clone_tensors(value)
     taken = _storages(states)
     if not taken:
         return value
@@ -155,6 +160,19 @@ def _unaliased(value: Any, states: dict[str, Any]) -> Any:
         return v
 
     return fix(value)
+
+
+def _clone_tensors(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, list):
+        return [_clone_tensors(v) for v in value]
+    if isinstance(value, tuple):
+        items = map(_clone_tensors, value)
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        return {k: _clone_tensors(v) for k, v in value.items()}
+    return value
 
 
 def _detach(value: Any) -> Any:
@@ -287,7 +305,10 @@ class Metric(nn.Module):
         self._defaults: dict[str, torch.Tensor | list] = {}
         self._reductions: dict[str, str | Callable | None] = {}
         self._persistent: dict[str, bool] = {}
-        self._update_count = 0
+        # the update count: a Python int in eager mode, a tensor for the updates made inside torch.compile'd code
+        # (Dynamo guards on every int it reads: an int counted there recompiles each step; see _add_count)
+        self._eager_count = 0
+        self._traced_count = torch.zeros((), dtype=torch.int64)
         self._computed: Any = None
         self._forward_cache: Any = None
         self._synced_cache: dict[str, Any] | None = None
@@ -353,8 +374,31 @@ class Metric(nn.Module):
 
     @property
     def update_count(self) -> int:
-        """How many times ``update`` (or ``forward``) ran since the last reset."""
+        """How many times ``update`` (or ``forward``) ran since the last reset (a tensor inside compiled code)."""
         return self._update_count
+
+    @property
+    def _update_count(self) -> Any:
+        """The update count: an int in eager mode; under ``torch.compile`` a tensor (reading it as an int there
+        would be a graph break)."""
+        if compiling():
+            return self._traced_count + self._eager_count
+        return self._eager_count + int(self._traced_count)
+
+    @_update_count.setter
+    def _update_count(self, value: Any) -> None:
+        if compiling() and isinstance(value, torch.Tensor):
+            self._eager_count, self._traced_count = 0, value.to(torch.int64)
+        else:
+            self._eager_count, self._traced_count = int(value), torch.zeros((), dtype=torch.int64)
+
+    def _add_count(self, delta: int) -> None:
+        """Count ``delta`` updates without a Dynamo guard: traced code adds to a tensor (whose value no guard
+        reads), eager code to an int (a tensor add would cost ~2 µs per step)."""
+        if compiling():
+            self._traced_count = self._traced_count + delta
+        else:
+            self._eager_count += delta
 
     @property
     def update_called(self) -> bool:
@@ -415,7 +459,7 @@ class Metric(nn.Module):
         # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
         snapshot = self._snapshot()
         self._computed = None
-        self._update_count += 1
+        self._add_count(1)  # not `+= 1`: under torch.compile, see _add_count
         try:
             with self._lifecycle(), torch.no_grad():  # accumulated states never hold a graph (nor a view of one)
                 raw(self, *_detach(args), **_detach(kwargs))
@@ -433,7 +477,9 @@ class Metric(nn.Module):
     def _compute_template(self, raw: Callable) -> Any:
         if self._in_lifecycle:
             return raw(self)
-        if self._update_count == 0:
+        if compiling() and self.sync_on_compute and self._distributed_available():
+            return _eager_compute(self, raw)  # the sync runs inside a context manager: one graph break around it all
+        if not compiling() and self._update_count == 0:  # (traced: the count is a tensor; no data-dependent branch)
             warnings.warn(
                 f"{type(self).__name__}.compute() was called before update(); the value is that of the default states",
                 UserWarning,
@@ -481,6 +527,8 @@ class Metric(nn.Module):
         """
         if self._synced_cache is not None:
             raise self._synced_error("forward")
+        if compiling() and self._syncs_on_step_eagerly():
+            return _eager_forward(self, *args, **kwargs)
         accumulated = self._begin_batch(args, kwargs)
         batch = self.metric_state
         try:
@@ -502,7 +550,7 @@ class Metric(nn.Module):
         sync's first round (``fail_with_peers``), so every rank raises instead of waiting.
         """
         self._computed = None
-        self._update_count += 1
+        self._add_count(1)  # not `+= 1`: under torch.compile, see _add_count
         accumulated = self.metric_state
         self._set_states({n: self._fresh(d) for n, d in self._defaults.items()})
         try:
@@ -517,13 +565,18 @@ class Metric(nn.Module):
             raise
         return accumulated
 
+    def _syncs_on_step_eagerly(self) -> bool:
+        """Whether ``forward`` syncs across ranks: then, under ``torch.compile``, the whole ``forward`` runs eagerly
+        behind one graph break (the sync is host-side, and Dynamo cannot resume after a break inside its ``try``)."""
+        return self.dist_sync_on_step and self._distributed_available()
+
     def _syncs_on_step(self) -> bool:
         """Whether ``forward`` syncs through the engine (so peers wait in its first round)."""
         return self.dist_sync_on_step and self.dist_sync_fn is None and self._distributed_available()
 
     def _abort_batch(self, accumulated: dict[str, Any]) -> None:
         self._set_states(accumulated)
-        self._update_count -= 1
+        self._add_count(-1)
 
     def _batch_value(self) -> Any:
         with self._lifecycle():
@@ -536,7 +589,9 @@ class Metric(nn.Module):
             with self._lifecycle(), torch.no_grad():
                 type(self)._raw_update(self, *_detach(args), **_detach(kwargs))
         else:
-            self._set_states(self._merged(accumulated, _detach(batch), self._update_count))
+            # the count only weighs `mean` states: reading it in traced code would guard on the eager count
+            count = self._update_count if "mean" in self._reductions.values() else 1
+            self._set_states(self._merged(accumulated, _detach(batch), count))
         if self.compute_on_cpu:
             self._move_list_states(torch.device("cpu"))
 
@@ -1127,6 +1182,12 @@ for _name, _fn in _COMPARE.items():
     setattr(Metric, f"__{_name}__", _operator(_fn))
 for _name, _fn in {"neg": torch.neg, "abs": torch.abs, "invert": torch.bitwise_not}.items():
     setattr(Metric, f"__{_name}__", _unary(_fn))
+
+
+# Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each
+# (torchmetrics_diff.distributed._compile.outside_graph; docs/guide/compile.rst).
+_eager_forward = outside_graph(Metric.forward)
+_eager_compute = outside_graph(Metric._compute_template)
 
 
 def _wrap(raw: Callable, template: Callable) -> Callable:

@@ -84,6 +84,8 @@ def _group_shape(group: Group) -> tuple[int, int]:
     if world is None:
         return 1, 0
     pg = world if group is None else group
+    if torch.compiler.is_compiling():  # Dynamo folds these two calls into constants; it cannot trace id()/weakref
+        return dist.get_world_size(pg), dist.get_rank(pg)
     hit = _SHAPES.get(id(pg))
     if hit is not None and hit[0]() is pg:
         return hit[1], hit[2]

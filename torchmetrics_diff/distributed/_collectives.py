@@ -24,6 +24,7 @@ from torchmetrics_diff.distributed._backend import (
     group_rank,
     group_size,
 )
+from torchmetrics_diff.distributed._compile import outside_graph
 
 GRAD_MODES = ("none", "local", "sync")
 REDUCE_OPS = ("sum", "mean", "min", "max")
@@ -213,6 +214,13 @@ def gather_all_tensors(tensor: torch.Tensor, group: Group = None, *, grad: str =
         if problem is not None:
             raise problem
         return [_passthrough(tensor, grad)]
+    return _gather_across(tensor, group, world, rank, grad, problem)
+
+
+@outside_graph  # peers' sizes become this rank's shapes: a host round trip, so one graph break when compiled
+def _gather_across(
+    tensor: torch.Tensor, group: Group, world: int, rank: int, grad: str, problem: Exception | None
+) -> list[torch.Tensor]:
     peers = _exchange_metadata("gather_all_tensors", tensor, group, world, grad, problem=problem)
     return _gather_slots(tensor, peers, group, rank, grad)
 
@@ -248,6 +256,13 @@ def all_gather_cat(tensor: torch.Tensor, group: Group = None, *, grad: str = "lo
         if problem is not None:
             raise problem
         return _passthrough(tensor, grad)
+    return _cat_across(tensor, group, world, rank, grad, problem)
+
+
+@outside_graph  # as _gather_across
+def _cat_across(
+    tensor: torch.Tensor, group: Group, world: int, rank: int, grad: str, problem: Exception | None
+) -> torch.Tensor:
     peers = _exchange_metadata("all_gather_cat", tensor, group, world, grad, problem=problem)
     _check_agree("all_gather_cat", peers, _rank_labels(group, world), "trailing dimensions", lambda p: p.shape[1:])
     return torch.cat(_gather_slots(tensor, peers, group, rank, grad))
@@ -294,6 +309,13 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None, *, gr
             raise problem
         _check_op_dtype(op, tensor.dtype)
         return _passthrough(tensor, grad)
+    return _reduce_across(tensor, op, group, world, grad, problem)
+
+
+@outside_graph  # the metadata round (every rank raises alike on a mismatch) is a host round trip: one break
+def _reduce_across(
+    tensor: torch.Tensor, op: str, group: Group, world: int, grad: str, problem: Exception | None
+) -> torch.Tensor:
     peers = _exchange_metadata("all_reduce", tensor, group, world, grad, op=op, problem=problem)
     _check_agree("all_reduce", peers, _rank_labels(group, world), "shape", lambda p: p.shape)
     _check_op_dtype(op, tensor.dtype)  # dtypes agree by now: every rank raises alike

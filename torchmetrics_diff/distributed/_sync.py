@@ -46,6 +46,7 @@ from torchmetrics_diff.distributed._backend import (
     group_rank,
     group_size,
 )
+from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._rows import (
     FAILED,
     HEADER,
@@ -346,6 +347,22 @@ def sync_states(
         _check_arguments(states, reductions, grad)
         scaled = {k: scale_state_grad(v, grad_scale) for k, v in states.items()} if grad == "local" else states
         return {k: _single(v, reductions[k], grad) for k, v in scaled.items()}
+    return _sync_across(states, reductions, group, plan, grad, grad_scale, owner, device, world)
+
+
+@outside_graph  # plans, byte rows and validation are Python on the host: one graph break when compiled
+def _sync_across(
+    states: dict[str, State],
+    reductions: dict[str, Reduction],
+    group: Group,
+    plan: SyncPlan | None,
+    grad: str,
+    grad_scale: float,
+    owner: str,
+    device: torch.device | None,
+    world: int,
+) -> dict[str, Any]:
+    """:func:`sync_states` over more than one rank."""
     rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
     steady = plan.steady

@@ -28,8 +28,9 @@ from torch import Tensor
 
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._autograd import scale_grad
-from torchmetrics_diff.distributed._backend import Group, all_reduce_, group_rank, group_size
+from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
 from torchmetrics_diff.distributed._collectives import fail_together
+from torchmetrics_diff.distributed._compile import outside_graph, sum_across_ranks
 from torchmetrics_diff.functional._contrastive import (
     Scalar,
     _check_float_tensor,
@@ -169,8 +170,7 @@ def global_rows_loss(
         all_views[i] = gathered
     loss_sum, count = block(views, all_views, row_start)
     # The gather above validated dtypes across ranks, so the value's sums need no metadata round of their own.
-    totals = torch.stack([loss_sum.detach(), count.detach().to(loss_sum.dtype)])
-    all_reduce_(totals, "sum", group)
+    totals = _global_totals(loss_sum, count, group, world)
     global_count = totals[1].clamp_min(1)
     share = loss_sum * (world if grad_reduction == "mean" else 1) / global_count
     return totals[0] / global_count + (share - share.detach())
@@ -273,19 +273,7 @@ def global_supcon_loss(
             _check_labels("labels", labels, features.shape[0])
     labels_all = labels  # one process: the local labels (None: every sample its own class)
     if group_size(group) > 1:
-        # (label, given) per row in one collective: every rank learns whether all of them passed labels
-        given = labels is not None
-        rows = torch.zeros(features.shape[0], 2, dtype=torch.int64, device=features.device)
-        if given:
-            rows[:, 0] = labels.reshape(-1)
-        rows[:, 1] = int(given)
-        every = all_gather_cat(rows, group, grad="none")
-        flags = every[:, 1]
-        if flags.numel() and bool((flags != flags[0]).any()):
-            raise RuntimeError("global_supcon_loss: `labels` must be given on every rank or on none")
-        labels_all = (
-            every[:, 0] if flags.numel() and bool(flags[0]) else torch.arange(every.shape[0], device=features.device)
-        )
+        labels_all = _global_labels(features, labels, group)
     return global_rows_loss(
         [features],
         lambda loc, every, start: supcon_block(loc[0], every[0], labels_all, temperature, start),
@@ -293,6 +281,22 @@ def global_supcon_loss(
         group=group,
         grad_reduction=grad_reduction,
     )
+
+
+@outside_graph  # the row counts of the peers and the labels-given check are host decisions: one graph break
+def _global_labels(features: Tensor, labels: Tensor | None, group: Group) -> Tensor:
+    """Every rank's labels, concatenated (``None`` on every rank: ``arange``, every sample its own class)."""
+    # (label, given) per row in one collective: every rank learns whether all of them passed labels
+    given = labels is not None
+    rows = torch.zeros(features.shape[0], 2, dtype=torch.int64, device=features.device)
+    if given:
+        rows[:, 0] = labels.reshape(-1)
+    rows[:, 1] = int(given)
+    every = all_gather_cat(rows, group, grad="none")
+    flags = every[:, 1]
+    if flags.numel() and bool((flags != flags[0]).any()):
+        raise RuntimeError("global_supcon_loss: `labels` must be given on every rank or on none")
+    return every[:, 0] if flags.numel() and bool(flags[0]) else torch.arange(every.shape[0], device=features.device)
 
 
 def global_siglip_loss(
@@ -359,6 +363,18 @@ def global_barlow_twins_loss(
     return barlow_twins_from_stats(stats, lambda_offdiag, eps)
 
 
+def _global_totals(loss_sum: Tensor, count: Tensor, group: Group, world: int) -> Tensor:
+    """``[Σ_ranks loss_sum, Σ_ranks count]``, detached, in ``loss_sum``'s dtype: one all-reduce.
+
+    For a call whose earlier collective already ran the metadata round (and with it the failure protocol of
+    :func:`checked_together`). Always two float64 numbers on every rank, so no rank can send another shape or
+    dtype, and under ``torch.compile`` it is a functional collective inside the graph: no graph break. Over two
+    ranks the float64 sum rounded back equals the sum in ``loss_sum``'s dtype (one correctly rounded addition).
+    """
+    totals = torch.stack([loss_sum.detach().to(torch.float64), count.detach().to(torch.float64)])
+    return sum_across_ranks(totals, group, world).to(loss_sum.dtype)
+
+
 def _global_normalized(
     loss_sum: Tensor, count: Tensor, total: Tensor | float | None, group: Group, grad_reduction: str
 ) -> Tensor:
@@ -368,6 +384,8 @@ def _global_normalized(
     if world == 1:
         denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype, device=loss_sum.device)
         return _safe_divide(loss_sum, denominator)
+    # The checked all_reduce, not _global_totals: this is the call's first collective, whose metadata round is how
+    # a rank that failed its input checks (checked_together) makes the others raise; one graph break when compiled.
     totals = all_reduce(torch.stack([loss_sum.detach(), count.detach().to(loss_sum.dtype)]), "sum", group, grad="none")
     denominator = totals[1] if total is None else torch.as_tensor(total, dtype=loss_sum.dtype, device=loss_sum.device)
     denominator = torch.where(denominator > 0, denominator, torch.ones_like(denominator))

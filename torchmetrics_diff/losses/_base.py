@@ -94,7 +94,7 @@ class GlobalBatchLoss(Metric):
         self._checked(inputs)
         value = self._loss(**inputs, sync=self.dist_sync_on_step)
         self._computed = None
-        self._update_count += 1
+        self._add_count(1)  # not `+= 1`: an int counted in compiled code is a guard that fails every step
         self._record(value)
         self._forward_cache = value.detach()
         return value

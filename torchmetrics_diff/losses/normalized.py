@@ -168,7 +168,7 @@ class GlobalMeanLoss(Metric):
             value = F._safe_divide(loss_sum, denominator)
         # only now, when every rank has the value: a call that failed on a peer leaves no trace here
         self._computed = None
-        self._update_count += 1
+        self._add_count(1)  # not `+= 1`: an int counted in compiled code is a guard that fails every step
         self.loss_sum = self.loss_sum + loss_sum.detach().to(torch.float64)
         self.weight = self.weight + count.detach().to(torch.float64)
         if self._accumulation is not None:
