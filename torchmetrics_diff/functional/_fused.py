@@ -29,6 +29,7 @@ rank whatever its number of rows.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -38,6 +39,7 @@ from torch import Tensor
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, group_size
 
 _CHUNK_ROWS = 256  # rows per chunk where a value needs an (n, M) temporary of its own (softplus)
+_CHUNK_ELEMENTS = 1 << 18  # a reused scratch buffer of this many elements (1 MiB in float32): stays in cache
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:
@@ -53,6 +55,16 @@ def _as_scale(value: Tensor | float, like: Tensor) -> Tensor:
 
 def _needs_grad(*tensors: Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _row_chunks(block: Tensor) -> Iterator[tuple[slice, Tensor, Tensor]]:
+    """``(rows, block[rows], scratch)`` over consecutive row chunks of a 2-d ``block``; one scratch buffer reused."""
+    n, m = block.shape
+    step = max(1, min(n, _CHUNK_ELEMENTS // max(m, 1)))
+    scratch = block.new_empty(step, m)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        yield slice(lo, hi), block[lo:hi], scratch[: hi - lo]
 
 
 def _row_softmax_(logits: Tensor) -> tuple[Tensor, Tensor]:
@@ -223,19 +235,19 @@ def _clip_forward(
     acc = _acc(img.dtype)
     n, m = img.shape[0], txt_all.shape[0]
     logits = ((img * scale.to(img.dtype)) @ txt_all.T).to(acc)  # (n, M): every logit of these rows, once
-    diag = logits[:, row_start : row_start + n].diagonal()
-    diag_sum = diag.sum()
+    diag_sum = logits[:, row_start : row_start + n].diagonal().sum()
+    row_lse = logits.new_zeros(n)
+    col_max = col_part = logits.new_full((m,), -torch.inf)
     if n and m:
-        row_max = logits.amax(dim=1)
-        row_exp = torch.sub(logits, row_max[:, None]).exp_()  # the second (n, M) buffer, freed before returning
-        row_sum = row_exp.sum(dim=1)
-        row_lse = row_max + row_sum.log()
+        # Row and column statistics through a small reused buffer (a few row chunks of the block), so the block
+        # is the only (n, M) tensor: each direction shifted by its own maxima, exact for any logit range.
         col_max = logits.amax(dim=0)
-        col_part = col_max + logits.sub_(col_max).exp_().sum(dim=0).log()  # logits now hold exp(L - col_max)
-    else:
-        row_exp = row_sum = None
-        row_lse = logits.new_zeros(n)
-        col_max = col_part = logits.new_full((m,), -torch.inf)
+        col_sum = logits.new_zeros(m)
+        for rows, block, tmp in _row_chunks(logits):
+            row_max = block.amax(dim=1)
+            row_lse[rows] = row_max + torch.sub(block, row_max[:, None], out=tmp).exp_().sum(dim=1).log()
+            col_sum += torch.sub(block, col_max, out=tmp).exp_().sum(dim=0)
+        col_part = col_max + col_sum.log()
     if world > 1 and m:  # every rank knows m (the gathered rows), so all of them take this branch or none
         table = col_part.new_empty(world * m)
         all_gather_flat(table, col_part.contiguous(), group)
@@ -245,10 +257,11 @@ def _clip_forward(
     value = (row_lse.sum() + col_lse[row_start : row_start + n].sum() - 2 * diag_sum) / 2
     if not need_grad:
         return value, None
-    if row_exp is not None:
-        # 2 ∂value/∂L = softmax over the row + softmax over the column - 2 on the diagonal
-        logits.mul_(torch.exp(col_max - col_lse)[None, :]).addcmul_(row_exp, (1.0 / row_sum)[:, None])
-        del row_exp
+    if n and m:
+        # 2 ∂value/∂L = softmax over the row + softmax over the column - 2 on the diagonal, in place
+        for rows, block, tmp in _row_chunks(logits):
+            torch.sub(block, row_lse[rows][:, None], out=tmp).exp_()
+            block.sub_(col_lse).exp_().add_(tmp)
         logits[:, row_start : row_start + n].diagonal().sub_(2)
     return value, logits.to(img.dtype)
 
