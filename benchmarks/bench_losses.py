@@ -4,9 +4,10 @@ Two parts:
 
 1. *Simulated large global batch* (N = 8192 rows of D = 256, float32, split over W = 1, 2, 4, 8): one rank's
    forward + backward of the loss, each configuration in a fresh process so its peak RSS is its own. The
-   replicated rank computes the whole (N, N) problem; the sharded rank its B = N / W rows against the N
-   gathered candidates (``clip_block`` with gradient to both, as ``global_clip_loss`` runs it). The
-   collectives are left out: this is the compute and memory a rank spends on the loss itself.
+   replicated rank computes the whole (N, N) problem; the sharded rank its (B, N) row block, B = N / W, against
+   the N gathered texts (the one-pass kernel ``clip_sum`` as ``global_clip_loss`` runs it; without the other
+   ranks, its column statistics are this rank's own, which changes the value, not the work). The collectives
+   are left out: this is the compute and memory a rank spends on the loss itself.
 2. *Real runs* at W = 2 on gloo: ``CLIPLoss`` forward + backward per step for both strategies at a few
    global batch sizes, to show where the communication (one more all-reduce and a reduce-scatter in
    backward for sharded) stops mattering.
@@ -37,6 +38,7 @@ def _peak_mib() -> float:
 def _simulated_rank(_rank: int, _world: int, strategy: str, world: int, n: int, d: int, repeats: int) -> dict:
     """One rank's loss step at world size ``world`` (no collectives): seconds and peak RSS above baseline."""
     from torchmetrics_diff.functional import clip_block
+    from torchmetrics_diff.functional._fused import clip_sum
 
     gen = torch.Generator().manual_seed(0)
     img = torch.nn.functional.normalize(torch.randn(n, d, generator=gen), dim=1)
@@ -49,9 +51,9 @@ def _simulated_rank(_rank: int, _world: int, strategy: str, world: int, n: int, 
         start = time.perf_counter()
         if strategy == "replicated":
             loss_sum, count = clip_block(all_img, all_txt, all_img, all_txt, 10.0, 0)
-        else:  # this rank's rows (its own inputs) against every gathered candidate
-            loc_img, loc_txt = all_img[:rows].detach().requires_grad_(), all_txt[:rows].detach().requires_grad_()
-            loss_sum, count = clip_block(loc_img, loc_txt, all_img, all_txt, 10.0, 0)
+        else:  # this rank's image rows (its own inputs) against every gathered text
+            loc_img = all_img[:rows].detach().requires_grad_()
+            loss_sum, count = clip_sum(loc_img, all_txt, 10.0, 0), rows
         (loss_sum / n).backward()
         times.append(time.perf_counter() - start)
         del loss_sum, count, all_img, all_txt

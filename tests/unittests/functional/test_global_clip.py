@@ -70,7 +70,8 @@ def _on_rank(rank: int, world: int, cases: list[tuple[Any, ...]]) -> list[dict[s
         loss = global_clip_loss(img, txt, s, strategy=strategy, grad_reduction=reduction)
         loss.backward()
         g_s = s.grad.clone().reshape(1)
-        dist.all_reduce(g_s) if world > 1 else None  # the trainer: sum, or mean of the W-scaled local gradients
+        if world > 1:  # the trainer: sum, or mean of the W-scaled local gradients
+            dist.all_reduce(g_s)
         factor = world if reduction == "mean" else 1
         out.append(
             {
