@@ -317,8 +317,12 @@ def clip_sum(
         group: the process group with ``sharded=True`` (``None``: the default group).
 
     Returns:
-        A 0-d tensor in at least float32. Its backward adds every rank's share of the gradient (see
-        :class:`_ClipOnePass`); call it on every rank of ``group`` in the same order.
+        A 0-d tensor in at least float32: this rank's share of the loss sum. Its backward is this rank's share of
+        the gradient of the *global* sum (the column terms of other ranks' texts depend on this block too), so
+        the ranks' gradients add up to the global one; this assumes every rank back-propagates the same
+        gradient into its share, as any use of the global value does. With ``sharded=True`` call it on every
+        rank of ``group`` in the same order (it all-gathers ``N`` numbers in forward; the backward communicates
+        nothing).
 
     Example:
         >>> import torch
