@@ -68,14 +68,14 @@ def _row_chunks(block: Tensor) -> Iterator[tuple[slice, Tensor, Tensor]]:
 
 
 def _row_softmax_(logits: Tensor) -> tuple[Tensor, Tensor]:
-    """Row ``(log-sum-exp, max)`` of ``logits`` (n, M), leaving ``exp(logits - max)`` in place in it.
+    """Row ``(log-sum-exp, sum of exp(logits - max))`` of ``logits`` (n, M), leaving ``exp(logits - max)`` in it.
 
     Rows that are entirely ``-inf`` get a shift of 0 (their exponentials are 0 and their log-sum-exp is ``-inf``).
     """
     shift = logits.amax(dim=1) if logits.shape[1] else logits.new_zeros(logits.shape[0])
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
-    logits.sub_(shift[:, None]).exp_()
-    return shift + logits.sum(dim=1).log(), shift
+    sums = logits.sub_(shift[:, None]).exp_().sum(dim=1)
+    return shift + sums.log(), sums
 
 
 def _matmul_grads(
@@ -120,7 +120,8 @@ def _xent_forward(
         logits.scatter_(1, own[:, None], -torch.inf)
     # positives: every candidate of the anchor's class but its own; Σ_p L_ap from per-class candidate sums
     class_sums = c.new_zeros(n_classes, c.shape[1]).index_add_(0, cand_cls, c)
-    counts = torch.bincount(cand_cls, minlength=n_classes)[anchor_cls]
+    # (index_add rather than bincount: it also runs on devices without data, e.g. meta)
+    counts = cand_cls.new_zeros(n_classes).index_add_(0, cand_cls, torch.ones_like(cand_cls))[anchor_cls]
     positive_rows = class_sums[anchor_cls]
     if own is not None:
         positive_rows = positive_rows - c[own]
@@ -128,12 +129,12 @@ def _xent_forward(
     valid = counts > 0
     weight = torch.where(valid, 1.0 / counts.clamp_min(1).to(acc), torch.zeros((), dtype=acc, device=a.device))
     positive = (sa * positive_rows).sum(dim=1).to(acc) * weight  # mean positive logit of each valid anchor
-    lse, _ = _row_softmax_(logits)
+    lse, sums = _row_softmax_(logits)
     per_anchor = torch.where(valid, lse - positive, torch.zeros_like(lse))
     value = per_anchor.sum()
     g_mat = None
     if need_grad:
-        inv = torch.where(valid, 1.0 / logits.sum(dim=1), torch.zeros_like(lse))
+        inv = torch.where(valid, 1.0 / sums, torch.zeros_like(lse))
         g_mat = logits.mul_(inv[:, None]).to(a.dtype)  # softmax of the valid rows, 0 elsewhere (self: exp(-inf))
     return value, valid.sum().to(acc), g_mat, positive_rows, weight
 
