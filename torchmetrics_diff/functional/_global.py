@@ -11,7 +11,8 @@ Two strategies:
 - ``"sharded"``: gather the candidates with ``grad="sync"``, each rank scores only its own rows against all
   of them (B × N instead of N × N), normalized by the global count; one scalar all-reduce gives the value.
   The backward reduce-scatters the candidates' gradients to their owners. ``W`` times less compute and
-  memory per rank for the loss.
+  memory per rank for the loss. Sharded CLIP gathers only the texts and computes each global logit once
+  (``_fused.clip_sum``: the text-to-image statistics come from every rank's partial column log-sum-exps).
 
 All views of a sample travel in one collective (packed side by side), so every rank issues the same
 collectives in the same order in forward and backward.
