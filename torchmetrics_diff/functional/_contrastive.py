@@ -163,6 +163,11 @@ def clip_block(
     ``sum_{i in block} (CE(logits[i], i) + CE(logits.T[i], i)) / 2``: the image-to-text and the
     text-to-image cross-entropies of its rows, each against all N candidates.
 
+    A part of the rows costs two (n, N) logit blocks, one per direction (each kept for backward as its
+    softmax). The whole batch (``n == N``) is scored by the one-pass kernel :func:`clip_sum`, one (N, N) block
+    for both directions, with the gradient going to ``img_local`` and ``txt_local`` (the same rows). Across
+    ranks, :func:`global_clip_loss` computes each logit once.
+
     Args:
         img_local: image embeddings of the block, rows ``[row_start, row_start + n)`` of ``img_all``, (n, D).
         txt_local: text embeddings of the block, (n, D).
