@@ -227,7 +227,7 @@ def main(args: Any) -> list[Check]:
             if not todo:
                 continue
             # N = 16384: a step takes seconds (tens under load) on these 2 cores; PML's N^3 step is slow at any N
-            rounds, warmup = (2, 1) if n > 4096 else (3, 1) if quick or todo == ["infonce"] else (5, 2)
+            rounds, warmup = (3, 1) if quick or n > 4096 or todo == ["infonce"] else (5, 2)
             t0 = time.perf_counter()
             res = run_spawned(_bench_rank, world, n, todo, rounds, warmup, timeout=1800.0)
             print(f"(W={world} N={n}: {time.perf_counter() - t0:.0f} s, {rounds} timed rounds)")
@@ -264,7 +264,7 @@ def main(args: Any) -> list[Check]:
         "InfoNCE: N embeddings = N/2 samples x 2 views. PML's NTXentLoss builds a (positive pairs x negative pairs) "
         f"matrix, N^3 elements, on every rank (4 GiB at N=1024, 0.5 GiB at 512): it runs at N={PML_N} only",
         "W=4 runs 4 processes on the 2 cores of this machine (and shares them with other work): absolute times are "
-        "inflated, ratios much less so. Timed rounds: 5 at N=4096, 2 at N=16384, 3 for PML; the module takes about "
+        "inflated, ratios much less so. Timed rounds: 5 at N=4096, 3 at N=16384, 3 for PML; the module takes about "
         "10 minutes on an idle 2-core machine (an N=16384 step is seconds; at load average 10+ it is 3x longer).",
     ]
     print(
