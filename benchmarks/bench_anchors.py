@@ -264,8 +264,8 @@ def main(args: Any) -> list[Check]:
         "InfoNCE: N embeddings = N/2 samples x 2 views. PML's NTXentLoss builds a (positive pairs x negative pairs) "
         f"matrix, N^3 elements, on every rank (4 GiB at N=1024, 0.5 GiB at 512): it runs at N={PML_N} only",
         "W=4 runs 4 processes on the 2 cores of this machine (and shares them with other work): absolute times are "
-        "inflated, ratios much less so. Timed rounds: 5 at N=4096, 3 at N=16384, 3 for PML; the module takes about "
-        "10 minutes on an idle 2-core machine (an N=16384 step is seconds; at load average 10+ it is 3x longer).",
+        "inflated, ratios much less so. Timed rounds: 5 at N=4096, 3 at N=16384, 3 for PML; the module took 6 minutes "
+        "here at load average 6-10 (an N=16384 step is seconds), the whole `make bench` 15.",
     ]
     print(
         table(
