@@ -37,8 +37,11 @@ demo: $(STAMP)
 docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
+# open_clip_torch without its dependencies: it requires torchvision, which cannot be imported beside the pinned CPU
+# torch (and breaks `import torchmetrics`); bench_anchors loads only its loss module, which needs torch alone.
 bench: $(STAMP)
 	$(PIP) -e ".[bench]"
+	$(PIP) --no-deps open_clip_torch
 	$(PY) benchmarks/run_all.py
 
 lint: $(STAMP)

@@ -2,7 +2,8 @@
 
 ``clip_loss``, ``info_nce_loss``, ... take the *already global* tensors (one process, or tensors you gathered
 yourself); ``*_block`` forms score a block of rows; ``global_*`` forms take each rank's local rows and return the
-global-batch loss with the gradient contract (``strategy="replicated" | "sharded"``).
+global-batch loss with the gradient contract (``strategy="replicated" | "sharded"``). ``clip_sum`` is the one-pass
+CLIP kernel (each logit computed once, across ranks) that ``global_clip_loss`` runs.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from torchmetrics_diff.functional._contrastive import (
     weighted_mean,
     weighted_mean_block,
 )
+from torchmetrics_diff.functional._fused import clip_sum
 from torchmetrics_diff.functional._global import (
     STRATEGIES,
     global_barlow_twins_loss,
@@ -70,6 +72,7 @@ __all__ = [
     "barlow_twins_stats",
     "clip_block",
     "clip_loss",
+    "clip_sum",
     "global_barlow_twins_loss",
     "global_clip_loss",
     "global_info_nce_loss",

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from torchmetrics_diff.functional._fused import clip_sum, sigmoid_sum, softmax_xent_sum
+
 __all__ = [
     "BarlowTwinsStats",
     "barlow_twins_from_stats",
@@ -161,6 +163,11 @@ def clip_block(
     ``sum_{i in block} (CE(logits[i], i) + CE(logits.T[i], i)) / 2``: the image-to-text and the
     text-to-image cross-entropies of its rows, each against all N candidates.
 
+    A part of the rows costs two (n, N) logit blocks, one per direction (each kept for backward as its
+    softmax). The whole batch (``n == N``) is scored by the one-pass kernel :func:`clip_sum`, one (N, N) block
+    for both directions, with the gradient going to ``img_local`` and ``txt_local`` (the same rows). Across
+    ranks, :func:`global_clip_loss` computes each logit once.
+
     Args:
         img_local: image embeddings of the block, rows ``[row_start, row_start + n)`` of ``img_all``, (n, D).
         txt_local: text embeddings of the block, (n, D).
@@ -193,9 +200,14 @@ def clip_block(
     n = img_local.shape[0]
     row_start = _check_row_block(row_start, n, "img_local", img_all.shape[0], "img_all")
 
-    target = torch.arange(row_start, row_start + n, device=img_local.device)
-    i2t = _cross_entropy_sum(scale * (img_local @ txt_all.T), target)
-    t2i = _cross_entropy_sum(scale * (txt_local @ img_all.T), target)
+    big_n = img_all.shape[0]
+    if n == big_n:  # the whole batch: one (N, N) block gives both directions
+        return clip_sum(img_local, txt_local, scale), _count(n, img_local)
+    # a partial block: its image rows against every text, its text rows against every image
+    own = torch.arange(row_start, row_start + n, device=img_local.device)
+    every = torch.arange(big_n, device=img_local.device)
+    i2t, _ = softmax_xent_sum(img_local, txt_all, scale, own, every, None, big_n)
+    t2i, _ = softmax_xent_sum(txt_local, img_all, scale, own, every, None, big_n)
     return (i2t + t2i) / 2, _count(n, img_local)
 
 
@@ -219,12 +231,6 @@ def clip_loss(img: Tensor, txt: Tensor, logit_scale: Scalar) -> Tensor:
     """
     total, count = clip_block(img, txt, img, txt, logit_scale, 0)
     return _safe_divide(total, count)
-
-
-def _cross_entropy_sum(logits: Tensor, target: Tensor) -> Tensor:
-    """Sum over rows of ``logsumexp(logits[i]) - logits[i, target[i]]``, accumulated in float32+."""
-    picked = logits.gather(1, target[:, None]).squeeze(1)
-    return (torch.logsumexp(logits, dim=1) - picked).to(_acc_dtype(logits.dtype)).sum()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -282,15 +288,24 @@ def info_nce_block(
 
     anchors = F.normalize(torch.cat([z1_local, z2_local]), dim=1)
     candidates = F.normalize(torch.cat([z1_all, z2_all]), dim=1)
-    logits = anchors @ candidates.T / temperature  # (2n, 2N)
+    # anchor a of sample i: its own embedding is excluded, the other view of sample i (same class) is the positive
+    rows = torch.arange(row_start, row_start + n, device=anchors.device)
+    samples = torch.arange(big_n, device=anchors.device)
+    total, _ = softmax_xent_sum(
+        anchors,
+        candidates,
+        _reciprocal(temperature),
+        torch.cat([rows, rows]),
+        torch.cat([samples, samples]),
+        torch.cat([rows, rows + big_n]),
+        big_n,
+    )
+    return total, _count(2 * n, anchors)
 
-    rows = torch.arange(row_start, row_start + n, device=logits.device)
-    own = torch.cat([rows, rows + big_n])  # global index of each anchor
-    positive = torch.cat([rows + big_n, rows])
-    cols = torch.arange(2 * big_n, device=logits.device)
-    # Every row keeps its positive, so it has a finite entry and logsumexp stays finite.
-    masked = logits.masked_fill(cols[None, :] == own[:, None], -math.inf)
-    return _cross_entropy_sum(masked, positive), _count(2 * n, logits)
+
+def _reciprocal(temperature: Scalar) -> Scalar:
+    """``1 / temperature``: the fused kernels multiply the (n, D) anchors by a scale."""
+    return 1.0 / temperature if isinstance(temperature, float) else temperature.reciprocal()
 
 
 def info_nce_loss(z1: Tensor, z2: Tensor, temperature: Scalar = 0.1) -> Tensor:
@@ -374,23 +389,13 @@ def supcon_block(
     dim = features_all.shape[-1]
     anchors = F.normalize(features_local.reshape(n * views, dim), dim=1)
     candidates = F.normalize(features_all.reshape(big_n * views, dim), dim=1)
-    logits = anchors @ candidates.T / temperature  # (n V, N V)
-
-    own = torch.arange(row_start * views, (row_start + n) * views, device=logits.device)
-    is_self = torch.arange(big_n * views, device=logits.device)[None, :] == own[:, None]
-    anchor_labels = labels_all[row_start : row_start + n].repeat_interleave(views)
-    positive = (anchor_labels[:, None] == labels_all.repeat_interleave(views)[None, :]) & ~is_self
-    n_positive = positive.sum(dim=1)
-    valid = n_positive > 0
-
-    # A valid row keeps a finite positive; rows without one (possibly all -inf, e.g. a single candidate)
-    # are replaced by zeros so no NaN can reach the gradient, then dropped.
-    masked = logits.masked_fill(is_self, -math.inf)
-    masked = torch.where(valid[:, None], masked, torch.zeros_like(masked))
-    log_prob = masked - torch.logsumexp(masked, dim=1, keepdim=True)
-    pos_log_prob = torch.where(positive, log_prob, torch.zeros_like(log_prob)).sum(dim=1)
-    per_anchor = -pos_log_prob / n_positive.clamp(min=1).to(log_prob.dtype)
-    return per_anchor.to(_acc_dtype(logits.dtype)).sum(), _count(valid.sum(), logits)
+    classes, label_ids = torch.unique(labels_all, return_inverse=True)  # labels as 0 .. K-1
+    cand_cls = label_ids.repeat_interleave(views)
+    own = torch.arange(row_start * views, (row_start + n) * views, device=anchors.device)
+    total, count = softmax_xent_sum(
+        anchors, candidates, _reciprocal(temperature), cand_cls[own], cand_cls, own, classes.numel()
+    )
+    return total, _count(count, anchors)
 
 
 def supcon_loss(features: Tensor, labels: Tensor | None = None, temperature: Scalar = 0.1) -> Tensor:
@@ -466,12 +471,7 @@ def siglip_block(
     n = img_local.shape[0]
     row_start = _check_row_block(row_start, n, "img_local", txt_all.shape[0], "txt_all")
 
-    logits = scale * (img_local @ txt_all.T) + bias  # (n, N)
-    rows = torch.arange(row_start, row_start + n, device=logits.device)
-    cols = torch.arange(txt_all.shape[0], device=logits.device)
-    sign = torch.where(cols[None, :] == rows[:, None], 1.0, -1.0).to(logits.dtype)
-    total = -F.logsigmoid(sign * logits).to(_acc_dtype(logits.dtype)).sum()
-    return total, _count(n, logits)
+    return sigmoid_sum(img_local, txt_all, scale, bias, row_start), _count(n, img_local)
 
 
 def siglip_loss(img: Tensor, txt: Tensor, logit_scale: Scalar, logit_bias: Scalar) -> Tensor:

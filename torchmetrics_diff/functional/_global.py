@@ -11,7 +11,8 @@ Two strategies:
 - ``"sharded"``: gather the candidates with ``grad="sync"``, each rank scores only its own rows against all
   of them (B × N instead of N × N), normalized by the global count; one scalar all-reduce gives the value.
   The backward reduce-scatters the candidates' gradients to their owners. ``W`` times less compute and
-  memory per rank for the loss.
+  memory per rank for the loss. Sharded CLIP gathers only the texts and computes each global logit once
+  (``_fused.clip_sum``: the text-to-image statistics come from every rank's partial column log-sum-exps).
 
 All views of a sample travel in one collective (packed side by side), so every rank issues the same
 collectives in the same order in forward and backward.
@@ -37,17 +38,18 @@ from torchmetrics_diff.functional._contrastive import (
     _check_labels,
     _check_same_shape,
     _check_scalar,
+    _count,
     _safe_divide,
     barlow_twins_from_stats,
     barlow_twins_loss,  # noqa: F401 (doctest)
     barlow_twins_stats,
-    clip_block,
     info_nce_block,
     siglip_block,
     supcon_block,
     token_cross_entropy_block,
     weighted_mean_block,
 )
+from torchmetrics_diff.functional._fused import clip_sum
 
 STRATEGIES = ("replicated", "sharded")
 GRAD_REDUCTIONS = ("mean", "sum")
@@ -169,7 +171,15 @@ def global_rows_loss(
     for i, gathered in zip(needed, _unpack(torch.cat(pieces), trailing)):
         all_views[i] = gathered
     loss_sum, count = block(views, all_views, row_start)
-    # The gather above validated dtypes across ranks, so the value's sums need no metadata round of their own.
+    return _sharded_value(loss_sum, count, world, group, grad_reduction)
+
+
+def _sharded_value(loss_sum: Tensor, count: Tensor, world: int, group: Group, grad_reduction: str) -> Tensor:
+    """The global value ``Σ loss_sum / Σ count`` whose gradient is this rank's ``loss_sum`` gradient, scaled.
+
+    The gather before it validated dtypes across ranks, so the value's sums need no metadata round of their own
+    (a functional-collective all-reduce under ``torch.compile``; see ``_global_totals``).
+    """
     totals = _global_totals(loss_sum, count, group, world)
     global_count = totals[1].clamp_min(1)
     share = loss_sum * (world if grad_reduction == "mean" else 1) / global_count
@@ -187,6 +197,12 @@ def global_clip_loss(
 ) -> Tensor:
     """Symmetric CLIP loss of the global batch (every rank's rows), from this rank's rows.
 
+    ``"sharded"`` computes each global logit once: this rank's row block ``scale · img_local @ txt_all.T``
+    (only the text embeddings are gathered), the image-to-text log-sum-exps of its rows locally, the
+    text-to-image log-sum-exps of its own texts from every rank's partial column statistics (one all-gather of
+    N numbers per rank), and both directions' gradients from the one block (:func:`clip_sum`). ``"replicated"``
+    computes the whole (N, N) block on every rank, by the same one-pass kernel.
+
     Args:
         image_embeds: local image embeddings (B, D), used as given (normalize in the model).
         text_embeds: local text embeddings (B, D); row i pairs with image row i.
@@ -202,14 +218,23 @@ def global_clip_loss(
     """
     with checked_together(group, image_embeds):
         _check_views("image_embeds", image_embeds, "text_embeds", text_embeds)
-        _check_scalar("logit_scale", logit_scale)
-    return global_rows_loss(
-        [image_embeds, text_embeds],
-        lambda loc, every, start: clip_block(*loc, *every, logit_scale, start),
-        strategy=strategy,
-        group=group,
-        grad_reduction=grad_reduction,
-    )
+        scale = _check_scalar("logit_scale", logit_scale)
+        _check_options(strategy, grad_reduction)
+    world = group_size(group)
+    if strategy == "replicated" or world == 1:
+        return global_rows_loss(
+            [image_embeds, text_embeds],
+            lambda loc, every, start: (clip_sum(every[0], every[1], scale), _count(every[0].shape[0], every[0])),
+            strategy=strategy,
+            group=group,
+            grad_reduction=grad_reduction,
+        )
+    dtype = torch.promote_types(image_embeds.dtype, text_embeds.dtype)
+    pieces = _same_width(gather_all_tensors(text_embeds.to(dtype), group, grad="sync"))
+    rank = group_rank(group)
+    row_start = sum(p.shape[0] for p in pieces[:rank])
+    loss_sum = clip_sum(image_embeds.to(dtype), torch.cat(pieces), scale, row_start, sharded=True, group=group)
+    return _sharded_value(loss_sum, _count(image_embeds.shape[0], loss_sum), world, group, grad_reduction)
 
 
 def global_info_nce_loss(
