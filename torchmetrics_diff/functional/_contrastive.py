@@ -389,13 +389,34 @@ def supcon_block(
     dim = features_all.shape[-1]
     anchors = F.normalize(features_local.reshape(n * views, dim), dim=1)
     candidates = F.normalize(features_all.reshape(big_n * views, dim), dim=1)
-    classes, label_ids = torch.unique(labels_all, return_inverse=True)  # labels as 0 .. K-1
+    label_ids, n_classes = _class_ids(labels_all)
     cand_cls = label_ids.repeat_interleave(views)
     own = torch.arange(row_start * views, (row_start + n) * views, device=anchors.device)
-    total, count = softmax_xent_sum(
-        anchors, candidates, _reciprocal(temperature), cand_cls[own], cand_cls, own, classes.numel()
-    )
+    scale = _reciprocal(temperature)
+    total, count = softmax_xent_sum(anchors, candidates, scale, cand_cls[own], cand_cls, own, n_classes)
     return total, _count(count, anchors)
+
+
+def _class_ids(labels: Tensor) -> tuple[Tensor, int]:
+    """Labels as dense ids ``0 .. K-1`` and ``K``.
+
+    Eagerly ``torch.unique``; under ``torch.compile`` (where the number of classes would be a data-dependent shape
+    and a graph break) ids from a sort, with ``K`` the static bound ``len(labels)`` (unused ids cost empty rows).
+
+    Example:
+        >>> import torch
+        >>> _class_ids(torch.tensor([7, 3, 7]))
+        (tensor([1, 0, 1]), 2)
+    """
+    if not torch.compiler.is_compiling():
+        classes, ids = torch.unique(labels, return_inverse=True)
+        return ids, classes.numel()
+    n = labels.numel()
+    ordered, order = torch.sort(labels)
+    new_class = torch.zeros(n, dtype=torch.int64, device=labels.device)
+    new_class[1:] = (ordered[1:] != ordered[:-1]).to(torch.int64)
+    ids = torch.empty_like(new_class).scatter_(0, order, new_class.cumsum(0))
+    return ids, max(n, 1)
 
 
 def supcon_loss(features: Tensor, labels: Tensor | None = None, temperature: Scalar = 0.1) -> Tensor:

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, group_size
+from torchmetrics_diff.distributed._compile import outside_graph
 
 _CHUNK_ROWS = 256  # rows per chunk where a value needs an (n, M) temporary of its own (softplus)
 _CHUNK_ELEMENTS = 1 << 18  # a reused scratch buffer of this many elements (1 MiB in float32): stays in cache
@@ -332,9 +333,18 @@ def clip_sum(
     """
     scale_t = _as_scale(scale, img)
     world = group_size(group) if sharded else 1
+    if world > 1:  # the column statistics' all-gather is host-side: one graph break under torch.compile
+        return _clip_across_ranks(img, txt_all, scale_t, row_start, group, world)
+    return _clip_here(img, txt_all, scale_t, row_start, group, world)
+
+
+def _clip_here(img: Tensor, txt_all: Tensor, scale_t: Tensor, row_start: int, group: Group, world: int) -> Tensor:
     if _needs_grad(img, txt_all, scale_t):
         return _ClipOnePass.apply(img, txt_all, scale_t, row_start, group, world)
     return _clip_forward(img, txt_all, scale_t, row_start, group, world, False)[0]
+
+
+_clip_across_ranks = outside_graph(_clip_here)
 
 
 # --------------------------------------------------------------------------------------------------- SigLIP

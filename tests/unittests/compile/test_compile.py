@@ -28,7 +28,8 @@ DISABLED = "Skip calling `torch.compiler.disable()`d function"
 #: the host round trips of one call at world size > 1 (docs/guide/compile.rst, "Graph breaks per call"): the
 #: torch.compiler.disable'd functions a compiled call runs, each one graph break
 HOST = {
-    "('clip', 'sharded')": {"_gather_across": 1},  # every rank's rows (peers' row counts are shapes here)
+    # the texts of every rank (peers' row counts are shapes here), then the partial column log-sum-exps
+    "('clip', 'sharded')": {"_gather_across": 1, "_clip_here": 1},
     "('clip', 'replicated')": {"_gather_across": 1},
     "('infonce', 'sharded')": {"_gather_across": 1},
     "('supcon', 'sharded')": {"_global_labels": 1, "_gather_across": 1},  # the labels, then the features
