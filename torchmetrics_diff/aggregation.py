@@ -35,6 +35,7 @@ class BaseAggregator(Metric):
 
     is_differentiable = True
     full_state_update = False
+    _repr_hidden = ("state_name",)
 
     def __init__(
         self,

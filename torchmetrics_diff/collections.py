@@ -6,27 +6,35 @@ states to the sync engine at once, so the whole collection costs what one metric
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from torch import nn
 
 from torchmetrics_diff.composition import _route_kwargs
-from torchmetrics_diff.distributed._backend import Group, group_size
+from torchmetrics_diff.distributed._backend import Group
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync
-from torchmetrics_diff.metric import Metric, sync_metrics
+from torchmetrics_diff.metric import Metric, _detach, sync_metrics
 
 
 class MetricCollection(nn.ModuleDict):
     """A dict of metrics updated, computed, reset and synced together.
 
+    Keys follow torchmetrics: iteration, :meth:`keys` and :meth:`items` give the names with ``prefix`` and
+    ``postfix`` (``keep_base=True`` for the bare member names), and ``collection[key]`` accepts either form.
+
     Args:
-        metrics: a metric, a sequence of metrics (keyed by class name), a dict name -> metric, or nested
-            collections (their members join this one under their own prefixed names).
+        metrics: a metric, a sequence of metrics (keyed by class name), a dict name -> metric (added in sorted
+            key order), or nested collections (a nested collection's members join under their prefixed names;
+            in a dict, under ``f"{key}_{name}"``).
+        additional_metrics: more metrics when ``metrics`` is a metric or a sequence; anything else among them is
+            ignored with a warning.
         prefix: put before every key of the results.
         postfix: put after every key of the results.
         compute_groups: lists of member names whose states are identical by construction (same states, same
-            ``update``); only the first of each group updates, the others read its states. Never inferred.
+            ``update``); only the first of each group updates, the others read its states. A group may have one
+            member. ``True``, ``False`` or ``None``: no groups (they are never inferred from values).
 
     Raises:
         ValueError: duplicate names, members that are not metrics, or a compute group whose members differ in
@@ -47,7 +55,7 @@ class MetricCollection(nn.ModuleDict):
         *additional_metrics: Metric,
         prefix: str | None = None,
         postfix: str | None = None,
-        compute_groups: Sequence[Sequence[str]] | None = None,
+        compute_groups: Sequence[Sequence[str]] | bool | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("prefix", prefix), ("postfix", postfix)):
@@ -55,32 +63,77 @@ class MetricCollection(nn.ModuleDict):
                 raise ValueError(f"`{name}` must be a string or None; got {type(value).__name__}")
         self.prefix = prefix or ""
         self.postfix = postfix or ""
-        for name, metric in self._named(metrics, additional_metrics):
-            if name in self:
-                raise ValueError(f"two members of the collection are named {name!r}; use a dict to name them")
-            self[name] = metric
-        self._groups = self._check_groups(compute_groups or [])
+        self._affixes: dict[str, tuple[str, str]] = {}  # member -> prefix/postfix of the collection it came from
         self._sync_plans: dict[tuple[str, Any], SyncPlan] = {}
+        self._group_spec = [] if isinstance(compute_groups, bool) or compute_groups is None else compute_groups
+        self._groups: list[list[str]] = []
+        self.add_metrics(metrics, *additional_metrics)
+
+    def add_metrics(
+        self, metrics: Metric | Sequence[Metric] | dict[str, Metric | MetricCollection], *additional_metrics: Metric
+    ) -> None:
+        """Add members, named as in the constructor; the compute groups are checked again.
+
+        Raises:
+            ValueError: a name already taken, a member that is not a metric, or extra arguments after a dict.
+
+        Example:
+            >>> from torchmetrics_diff import MetricCollection, SumMetric, MaxMetric
+            >>> metrics = MetricCollection([SumMetric()], prefix="val/")
+            >>> metrics.add_metrics({"peak": MaxMetric()})
+            >>> list(metrics)
+            ['val/SumMetric', 'val/peak']
+        """
+        for name, metric, affixes in self._named(metrics, additional_metrics):
+            if name in self._modules:
+                raise ValueError(f"two members of the collection are named {name!r}; use a dict to name them")
+            self.add_module(name, metric)
+            if affixes != ("", ""):
+                self._affixes[name] = affixes
+        self._sync_plans = {}
+        self._groups = self._check_groups(self._group_spec)
 
     @staticmethod
-    def _named(metrics: Any, extra: Iterable[Metric]) -> list[tuple[str, Metric]]:
+    def _named(metrics: Any, extra: tuple) -> list[tuple[str, Metric, tuple[str, str]]]:
+        """(name, member, (prefix, postfix) of the nested collection it came from) for every new member."""
         if isinstance(metrics, (Metric, MetricCollection)):
             metrics = [metrics]
         if isinstance(metrics, dict):
-            items = list(metrics.items())
-        elif isinstance(metrics, Sequence):
-            items = [(None, m) for m in [*metrics, *extra]]
+            if extra:
+                raise ValueError(
+                    "`additional_metrics` cannot follow a dict of metrics (put them in the dict); "
+                    f"got {len(extra)} extra argument(s)"
+                )
+            items = [(key, metrics[key]) for key in sorted(metrics)]
+        elif isinstance(metrics, Sequence) and not isinstance(metrics, (str, bytes)):
+            ignored = [m for m in extra if not isinstance(m, (Metric, MetricCollection))]
+            if ignored:
+                warnings.warn(
+                    f"MetricCollection: extra arguments {ignored!r} are not metrics and are ignored",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            items = [(None, m) for m in [*metrics, *(m for m in extra if isinstance(m, (Metric, MetricCollection)))]]
         else:
             raise ValueError(f"`metrics` must be a Metric, a sequence or a dict of them; got {type(metrics).__name__}")
         out = []
         for name, m in items:
             if isinstance(m, MetricCollection):
-                out += [(m._key(k), v) for k, v in m.items()]
+                affixes = (m.prefix, m.postfix)
+                for key, member in m.items():
+                    out.append((key if name is None else f"{name}_{key}", member, affixes))
             elif isinstance(m, Metric):
-                out.append((name if name is not None else type(m).__name__, m))
+                out.append((name if name is not None else type(m).__name__, m, ("", "")))
             else:
                 raise ValueError(f"every member must be a Metric or a MetricCollection; got {type(m).__name__}")
         return out
+
+    @property
+    def compute_groups(self) -> dict[int, list[str]]:
+        """The compute groups by index, members outside any given group each in a group of their own."""
+        grouped = {n for g in self._groups for n in g}
+        every = [*self._groups, *([n] for n in self._modules if n not in grouped)]
+        return {i: list(g) for i, g in enumerate(every)}
 
     def _check_groups(self, groups: Sequence[Sequence[str]]) -> list[list[str]]:
         if (
@@ -96,15 +149,18 @@ class MetricCollection(nn.ModuleDict):
         out = []
         for group in groups:
             group = list(group)
-            unknown = [n for n in group if n not in self]
-            if unknown or len(group) < 2:
-                raise ValueError(f"compute group {group} must name at least two members of {list(self)}")
+            unknown = [n for n in group if n not in self._modules]
+            if unknown or not group:
+                raise ValueError(
+                    f"compute group {group} must name members of the collection {list(self._modules)}; "
+                    f"unknown: {unknown}"
+                )
             if seen & set(group):
                 raise ValueError(f"member(s) {sorted(seen & set(group))} appear in two compute groups")
             seen |= set(group)
-            leader = self[group[0]]
+            leader = self._modules[group[0]]
             for name in group[1:]:
-                other = self[name]
+                other = self._modules[name]
                 if other._reductions != leader._reductions or type(other)._raw_update is not type(leader)._raw_update:
                     raise ValueError(
                         f"compute group {group}: {name!r} does not have the states and update of {group[0]!r}"
@@ -119,25 +175,81 @@ class MetricCollection(nn.ModuleDict):
     def _key(self, name: str) -> str:
         return f"{self.prefix}{name}{self.postfix}"
 
+    def _base(self, key: str) -> str:
+        """A member's bare name from its key with or without this collection's prefix and postfix."""
+        if key in self._modules:
+            return key
+        if self.prefix and key.startswith(self.prefix):
+            key = key[len(self.prefix) :]
+        if self.postfix and key.endswith(self.postfix):
+            key = key[: len(key) - len(self.postfix)]
+        return key
+
+    # ------------------------------------------------ dict access, as torchmetrics' MetricCollection
+    def keys(self, keep_base: bool = False) -> Iterable[str]:  # type: ignore[override]
+        """The members' keys: with prefix and postfix, or the bare names with ``keep_base=True``."""
+        return self._modules.keys() if keep_base else [self._key(n) for n in self._modules]
+
+    def items(self, keep_base: bool = False, copy_state: bool = True) -> Iterable[tuple[str, Metric]]:  # type: ignore[override]
+        """``(key, member)`` pairs; keys as in :meth:`keys`. ``copy_state`` is accepted for torchmetrics' sake."""
+        if keep_base:
+            return self._modules.items()
+        return [(self._key(n), m) for n, m in self._modules.items()]
+
+    def values(self, copy_state: bool = True) -> Iterable[Metric]:  # type: ignore[override]
+        """The members. ``copy_state`` is accepted for torchmetrics' sake."""
+        return self._modules.values()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __getitem__(self, key: str, copy_state: bool = True) -> Metric:  # type: ignore[override]
+        """A member by bare name or by key with this collection's prefix/postfix."""
+        try:
+            return self._modules[self._base(key)]
+        except KeyError:
+            raise KeyError(f"{key!r} is not a member of the collection; members: {list(self.keys())}") from None
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._base(key) in self._modules
+
+    def __setitem__(self, key: str, metric: Metric) -> None:
+        if not isinstance(metric, Metric):
+            raise ValueError(f"every member must be a Metric; got {type(metric).__name__} for {key!r}")
+        self.add_metrics({key: metric})
+
     def _leaders(self) -> dict[str, Metric]:
         followers = {n for g in self._groups for n in g[1:]}
-        return {n: m for n, m in self.items() if n not in followers}
+        return {n: m for n, m in self._modules.items() if n not in followers}
 
     def _share_group_states(self) -> None:
         for group in self._groups:
-            leader = self[group[0]]
+            leader = self._modules[group[0]]
             for name in group[1:]:
-                self[name]._set_states(leader.metric_state)
-                self[name]._update_count = leader._update_count
-                self[name]._computed = None
+                self._modules[name]._set_states(leader.metric_state)
+                self._modules[name]._update_count = leader._update_count
+                self._modules[name]._computed = None
 
     def _results(self, values: dict[str, Any]) -> dict[str, Any]:
+        """One flat dict: a member's dict value is spread by its own keys (``{member}_{key}`` only on clashes)."""
+        seen: set[str] = set()
+        clash = False
+        for name, value in values.items():
+            for key in value if isinstance(value, dict) else (name,):
+                clash = clash or key in seen
+                seen.add(key)
         out = {}
         for name, value in values.items():
-            if isinstance(value, dict):
-                out.update({self._key(f"{name}_{k}"): v for k, v in value.items()})
-            else:
+            if not isinstance(value, dict):
                 out[self._key(name)] = value
+                continue
+            prefix, postfix = self._affixes.get(name, ("", ""))
+            for key, v in value.items():
+                if clash:  # as torchmetrics: the member's name without its nested affixes, then the key
+                    stripped = name.replace(prefix, "") if prefix else name
+                    stripped = stripped.replace(postfix, "") if postfix else stripped
+                    key = f"{stripped}_{key}"
+                out[self._key(f"{prefix}{key}{postfix}")] = v
         return out
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -177,7 +289,7 @@ class MetricCollection(nn.ModuleDict):
         try:
             batches = {name: m.metric_state for name, m in leaders.items()}
             for name, m in leaders.items():
-                if m.dist_sync_on_step and m.dist_sync_fn is not None and group_size(m.process_group) > 1:
+                if m.dist_sync_on_step and m.dist_sync_fn is not None and m._distributed_available():
                     m._set_states(m._sync_values(batches[name], grad="local"))
             for group, members in syncing.items():
                 synced = sync_metrics(
@@ -186,7 +298,7 @@ class MetricCollection(nn.ModuleDict):
                 for n, states in synced.items():
                     leaders[n]._set_states(states)
             self._share_group_states()
-            values = {name: m._batch_value() for name, m in self.items()}
+            values = {name: m._batch_value() for name, m in self._modules.items()}
         except BaseException:
             for name, acc in accumulated.items():
                 leaders[name]._abort_batch(acc)
@@ -195,6 +307,8 @@ class MetricCollection(nn.ModuleDict):
         for name, m in leaders.items():
             m._end_batch(accumulated[name], batches[name], args, routed[name])
         self._share_group_states()
+        for name, m in self._modules.items():
+            m._forward_cache = _detach(values[name])
         return self._results(values)
 
     @staticmethod
@@ -221,7 +335,7 @@ class MetricCollection(nn.ModuleDict):
                     m._set_states(synced[n])
                     synced_here.append(m)
             self._share_group_states()
-            values = {name: m.compute() for name, m in self.items()}
+            values = {name: m.compute() for name, m in self._modules.items()}
         finally:
             for m in synced_here:
                 m.unsync()
@@ -231,13 +345,13 @@ class MetricCollection(nn.ModuleDict):
     def _syncing_for_compute(self, members: dict[str, Metric]) -> dict[Any, dict[str, Metric]]:
         out: dict[Any, dict[str, Metric]] = {}
         for name, m in members.items():
-            if m.dist_sync_fn is None and m._defaults and group_size(m.process_group) > 1:
+            if m.dist_sync_fn is None and m._defaults and m._distributed_available():
                 out.setdefault(m.process_group, {})[name] = m
         return out
 
     def reset(self) -> None:
         """Reset every member."""
-        for m in self.values():
+        for m in self._modules.values():
             m.reset()
 
     def clone(self, prefix: str | None = None, postfix: str | None = None) -> MetricCollection:
@@ -262,10 +376,48 @@ class MetricCollection(nn.ModuleDict):
 
     def persistent(self, mode: bool = True) -> None:
         """Set persistence of every member's states."""
-        for m in self.values():
+        for m in self._modules.values():
             m.persistent(mode)
 
+    def set_dtype(self, dst_type: Any) -> MetricCollection:
+        """Cast every member's floating states (see :meth:`Metric.set_dtype`)."""
+        for m in self._modules.values():
+            m.set_dtype(dst_type)
+        return self
+
+    def plot(self, val: Any = None, ax: Any = None, together: bool = False) -> Any:
+        """Plot the members' values: one figure per member, or all of them in one with ``together=True``.
+
+        Args:
+            val: a result of ``forward``/``compute`` (a dict by key), a sequence of them, or ``None`` for
+                :meth:`compute`.
+            ax: an ``Axes`` (``together=True``) or a sequence of one per member; ``None`` makes new figures.
+            together: draw every member into one axes.
+
+        Returns:
+            ``(figure, axes)`` with ``together=True``, else a list of them, one per member.
+
+        Raises:
+            ValueError: ``together`` is not a bool, or ``ax`` does not match it.
+            ModuleNotFoundError: matplotlib is not installed (``pip install 'torchmetrics_diff[plot]'``).
+        """
+        if not isinstance(together, bool):
+            raise ValueError(f"`together` must be a bool; got {type(together).__name__}")
+        val = self.compute() if val is None else val
+        if together:
+            from torchmetrics_diff._plot import plot_values
+
+            return plot_values(val, ax=ax, name=type(self).__name__)
+        keys = list(self.keys())
+        if ax is not None and (not isinstance(ax, Sequence) or len(ax) != len(keys)):
+            raise ValueError(f"`ax` must be a sequence of {len(keys)} axes (one per member) when together=False")
+        out = []
+        for i, (key, m) in enumerate(zip(keys, self._modules.values())):
+            mine = val[key] if isinstance(val, dict) else [v[key] for v in val]
+            out.append(m.plot(mine, ax=None if ax is None else ax[i]))
+        return out
+
     def __repr__(self) -> str:
-        inner = ",\n".join(f"  ({k}): {m!r}" for k, m in self.items())
+        inner = ",\n".join(f"  ({k}): {m!r}" for k, m in self._modules.items())
         extra = "".join(f", {n}={v!r}" for n, v in (("prefix", self.prefix), ("postfix", self.postfix)) if v)
         return f"{type(self).__name__}(\n{inner}{extra}\n)"

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchmetrics_diff.metric import Metric
+from torchmetrics_diff.metric import Metric, _detach
 
 
 def _route_kwargs(metric: Metric, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +91,9 @@ class CompositionalMetric(Metric):
         except BaseException:
             self._restore(snapshot)
             raise
-        return self._apply_op(a, b)
+        value = self._apply_op(a, b)
+        self._forward_cache = _detach(value)
+        return value
 
     def _snapshot(self) -> Any:
         return [m._snapshot() for m in self._members()]

@@ -13,7 +13,9 @@ states into the accumulated ones. Nothing a step does depends on how many steps 
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,7 +48,47 @@ def dim_zero_cat(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(1) if t.ndim == 0 else t for t in x])
 
 
-_BOOKKEEPING = frozenset({"_computed", "_update_count", "_in_lifecycle", "_synced_cache"})
+_BOOKKEEPING = frozenset({"_computed", "_update_count", "_in_lifecycle", "_synced_cache", "_forward_cache"})
+# class-level facts about a metric: an instance cannot change them (as in torchmetrics)
+_CONSTANTS = frozenset(
+    {
+        "is_differentiable",
+        "higher_is_better",
+        "full_state_update",
+        "plot_lower_bound",
+        "plot_upper_bound",
+        "plot_legend_name",
+    }
+)
+
+
+class TorchMetricsUserError(RuntimeError):
+    """A metric used out of order: ``forward``/``update`` while synced, ``sync`` twice, ``unsync`` unsynced.
+
+    The name and meaning follow torchmetrics' exception of the same name; it subclasses ``RuntimeError``, so
+    ``except RuntimeError`` keeps working.
+    """
+
+
+def _register_with_torchmetrics() -> bool:
+    """Make our metrics ``isinstance(m, torchmetrics.Metric)`` when torchmetrics is already imported.
+
+    ``torchmetrics.Metric`` is an abstract base class, so registering :class:`Metric` as a virtual subclass is
+    enough for Lightning's ``self.log(name, metric)`` checks; Lightning then only uses ``_forward_cache``,
+    ``compute()`` and ``reset()``, which :class:`Metric` provides. torchmetrics is never imported here: the
+    check costs a dictionary lookup, and frameworks that accept torchmetrics objects import it themselves.
+    """
+    global _TORCHMETRICS_REGISTERED
+    module = sys.modules.get("torchmetrics")
+    base = getattr(module, "Metric", None)
+    if base is None or not hasattr(base, "register"):
+        return False
+    base.register(Metric)
+    _TORCHMETRICS_REGISTERED = True
+    return True
+
+
+_TORCHMETRICS_REGISTERED = False
 
 
 class _Lifecycle:
@@ -74,6 +116,45 @@ def _promoted(before: Any, after: Any) -> bool:
         and after.is_floating_point()
         and after.dtype != before.dtype
     )
+
+
+def _default_device() -> torch.device:
+    """The device factory functions use now (``torch.get_default_device`` where torch has it)."""
+    get = getattr(torch, "get_default_device", None)
+    return get() if get is not None else torch.empty(0).device
+
+
+def _storages(states: dict[str, Any]) -> set[int]:
+    """The storage addresses of every tensor in ``states`` (list states included)."""
+    out = set()
+    for value in states.values():
+        for t in value if isinstance(value, list) else (value,):
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                ptr = t.untyped_storage().data_ptr()
+                if ptr:
+                    out.add(ptr)
+    return out
+
+
+def _unaliased(value: Any, states: dict[str, Any]) -> Any:
+    """``value`` with every tensor that shares memory with a state replaced by a copy."""
+    taken = _storages(states)
+    if not taken:
+        return value
+
+    def fix(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            alias = v.device.type != "meta" and v.untyped_storage().data_ptr() in taken
+            return v.clone() if alias else v
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        if isinstance(v, tuple):
+            return type(v)(*map(fix, v)) if hasattr(v, "_fields") else tuple(map(fix, v))
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        return v
+
+    return fix(value)
 
 
 def _detach(value: Any) -> Any:
@@ -105,6 +186,8 @@ class Metric(nn.Module):
         compute_with_cache: cache the result of :meth:`compute` until the next update or reset.
         grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (DDP, FSDP, DeepSpeed;
             the local gradient is scaled by the group size) or ``"sum"`` (raw local gradient).
+        distributed_available_fn: a callable returning whether to sync at all (checked before every sync, on
+            step and on compute); ``None``: sync whenever the process group has more than one rank.
 
     Raises:
         ValueError: unknown keyword argument or a bad value for one of the above.
@@ -130,6 +213,10 @@ class Metric(nn.Module):
     is_differentiable: ClassVar[bool | None] = None
     higher_is_better: ClassVar[bool | None] = None
     full_state_update: ClassVar[bool | None] = None
+    plot_lower_bound: ClassVar[float | None] = None
+    plot_upper_bound: ClassVar[float | None] = None
+    plot_legend_name: ClassVar[str | None] = None
+    _repr_hidden: ClassVar[tuple[str, ...]] = ()  # constructor arguments a subclass fixes itself (not in repr)
 
     _raw_update: ClassVar[Callable[..., Any]]
     _raw_compute: ClassVar[Callable[..., Any]]
@@ -155,9 +242,12 @@ class Metric(nn.Module):
         compute_on_cpu: bool = False,
         compute_with_cache: bool = True,
         grad_reduction: str = "mean",
+        distributed_available_fn: Callable[[], bool] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()
+        if not _TORCHMETRICS_REGISTERED:
+            _register_with_torchmetrics()
         if kwargs:
             raise ValueError(f"Unexpected keyword arguments for {type(self).__name__}: {sorted(kwargs)}")
         for name, value in (
@@ -180,6 +270,11 @@ class Metric(nn.Module):
             )
         if dist_sync_fn is not None and not callable(dist_sync_fn):
             raise ValueError(f"`dist_sync_fn` must be callable or None; got {type(dist_sync_fn).__name__}")
+        if distributed_available_fn is not None and not callable(distributed_available_fn):
+            raise ValueError(
+                "`distributed_available_fn` must be callable or None; "
+                f"got {type(distributed_available_fn).__name__}"
+            )
         self.dist_sync_on_step = dist_sync_on_step
         self.sync_on_compute = sync_on_compute
         self.process_group = process_group
@@ -187,17 +282,20 @@ class Metric(nn.Module):
         self.compute_on_cpu = compute_on_cpu
         self.compute_with_cache = compute_with_cache
         self.grad_reduction = grad_reduction
+        self.distributed_available_fn = distributed_available_fn
 
         self._defaults: dict[str, torch.Tensor | list] = {}
         self._reductions: dict[str, str | Callable | None] = {}
         self._persistent: dict[str, bool] = {}
         self._update_count = 0
         self._computed: Any = None
+        self._forward_cache: Any = None
         self._synced_cache: dict[str, Any] | None = None
         self._in_lifecycle = False
         self._sync_plans = {"step": SyncPlan(), "epoch": SyncPlan()}
         self._list_states: tuple[str, ...] = ()  # names of the list states, in registration order
-        self._device = torch.device("cpu")
+        # where tensors are made now: the CPU, or the device of an enclosing ``with torch.device(...)``
+        self._device = _default_device()
         self._dtype = torch.get_default_dtype()
 
     # ------------------------------------------------------------------ states
@@ -241,6 +339,8 @@ class Metric(nn.Module):
         self._reductions[name] = dist_reduce_fx
         self._persistent[name] = persistent
         self._list_states = tuple(n for n, d in self._defaults.items() if isinstance(d, list))
+        # list states whose callable reduction receives the per-rank tensors (as torchmetrics hands them over)
+        self._callable_lists = tuple(n for n in self._list_states if callable(self._reductions[n]))
 
     @staticmethod
     def _fresh(default: torch.Tensor | list) -> torch.Tensor | list:
@@ -255,6 +355,11 @@ class Metric(nn.Module):
     def update_count(self) -> int:
         """How many times ``update`` (or ``forward``) ran since the last reset."""
         return self._update_count
+
+    @property
+    def update_called(self) -> bool:
+        """Whether ``update`` (or ``forward``) ran since creation or the last reset."""
+        return self._update_count > 0
 
     @property
     def device(self) -> torch.device:
@@ -288,6 +393,8 @@ class Metric(nn.Module):
         # names that are states or bookkeeping (a hot path: a forward assigns about a dozen of them)
         if name in _BOOKKEEPING or name in self.__dict__.get("_defaults", ()):
             self.__dict__[name] = value
+        elif name in _CONSTANTS:
+            raise RuntimeError(f"Can't change const `{name}`: it is a class attribute of {type(self).__name__}")
         else:
             super().__setattr__(name, value)
 
@@ -303,6 +410,8 @@ class Metric(nn.Module):
     def _update_template(self, raw: Callable, *args: Any, **kwargs: Any) -> None:
         if self._in_lifecycle:  # inside forward, or a subclass calling super().update(): just run it
             return raw(self, *args, **kwargs)
+        if self._synced_cache is not None:
+            raise self._synced_error("update")
         # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
         snapshot = self._snapshot()
         self._computed = None
@@ -336,6 +445,8 @@ class Metric(nn.Module):
         should_sync = self.sync_on_compute and not external
         with self.sync_context(should_sync=should_sync, should_unsync=should_sync), self._lifecycle(), torch.no_grad():
             value = _detach(raw(self))
+            # a value that is a state (``return self.total``) would change with the next in-place update
+            value = _unaliased(value, self.metric_state)
         if self.compute_with_cache:
             self._computed = value
         return value
@@ -344,7 +455,20 @@ class Metric(nn.Module):
         """A cached value may only skip a sync that no rank needs: ranks that updated since would sync alone."""
         if not self.compute_with_cache or self._computed is None:
             return False
-        return not (self.sync_on_compute and self._defaults and group_size(self.process_group) > 1)
+        return not (self.sync_on_compute and self._defaults and self._distributed_available())
+
+    def _distributed_available(self, group: Group = None, fn: Callable[[], bool] | None = None) -> bool:
+        """Whether a sync has anything to do: ``distributed_available_fn`` (if any) agrees and the group has peers."""
+        fn = fn if fn is not None else self.distributed_available_fn
+        if fn is not None and not fn():
+            return False
+        return group_size(group if group is not None else self.process_group) > 1
+
+    def _synced_error(self, what: str) -> TorchMetricsUserError:
+        return TorchMetricsUserError(
+            f"{type(self).__name__}.{what}() was called while the metric is synced: its batch would be lost at "
+            "unsync(). Call unsync() first (or leave the sync_context block)."
+        )
 
     def _lifecycle(self) -> _Lifecycle:
         return _Lifecycle(self)
@@ -355,16 +479,19 @@ class Metric(nn.Module):
         With ``dist_sync_on_step=True`` the value is identical on every rank and, after ``backward`` and the
         trainer's gradient averaging, every parameter gradient equals the single-device one.
         """
+        if self._synced_cache is not None:
+            raise self._synced_error("forward")
         accumulated = self._begin_batch(args, kwargs)
         batch = self.metric_state
         try:
-            if self.dist_sync_on_step and group_size(self.process_group) > 1:
+            if self.dist_sync_on_step and self._distributed_available():
                 self._set_states(self._sync_values(batch, grad="local"))
             value = self._batch_value()
         except BaseException:
             self._abort_batch(accumulated)
             raise
         self._end_batch(accumulated, batch, args, kwargs)
+        self._forward_cache = _detach(value)
         return value
 
     # forward in three steps, so that a MetricCollection can sync all its members between them
@@ -392,7 +519,7 @@ class Metric(nn.Module):
 
     def _syncs_on_step(self) -> bool:
         """Whether ``forward`` syncs through the engine (so peers wait in its first round)."""
-        return self.dist_sync_on_step and self.dist_sync_fn is None and group_size(self.process_group) > 1
+        return self.dist_sync_on_step and self.dist_sync_fn is None and self._distributed_available()
 
     def _abort_batch(self, accumulated: dict[str, Any]) -> None:
         self._set_states(accumulated)
@@ -451,7 +578,15 @@ class Metric(nn.Module):
 
         Raises:
             ValueError: a different metric class, or missing states.
+            RuntimeError: the metric has ``full_state_update=True`` (its states cannot be merged by their
+                reductions; override ``merge_state``).
         """
+        if self.full_state_update:
+            raise RuntimeError(
+                f"{type(self).__name__}.merge_state() is not supported for metrics with full_state_update=True: "
+                "their update reads the accumulated states, so merging them by their reductions would be wrong. "
+                "Override merge_state in the metric class."
+            )
         if isinstance(incoming_state, Metric):
             if type(incoming_state) is not type(self):
                 raise ValueError(
@@ -474,10 +609,17 @@ class Metric(nn.Module):
         self._computed = None
 
     def reset(self) -> None:
-        """Put every state back to its default and clear the update count and the cached value."""
-        self._set_states({n: self._fresh(d) for n, d in self._defaults.items()})
+        """Put every state back to its default and clear the update count and the cached values.
+
+        List states are emptied in place (their items are freed; a reference to the list sees it empty), tensor
+        states get a fresh copy of their default.
+        """
+        for name in self._list_states:
+            getattr(self, name).clear()
+        self._set_states({n: self._fresh(d) for n, d in self._defaults.items() if not isinstance(d, list)})
         self._update_count = 0
         self._computed = None
+        self._forward_cache = None
         self._synced_cache = None
 
     # -------------------------------------------------------------------- sync
@@ -502,6 +644,9 @@ class Metric(nn.Module):
             if isinstance(value, list):
                 value = dim_zero_cat(value) if value else torch.zeros(0, device=self._device)
             pieces = self.dist_sync_fn(value, group=self.process_group)
+            if name in self._callable_lists:  # a list state's callable gets every rank's rows, one tensor each
+                out[name] = [fx(list(pieces))]
+                continue
             if fx == "cat" or isinstance(self._defaults[name], list):
                 cat = torch.cat([p.reshape(-1, *p.shape[1:]) if p.ndim else p.reshape(1) for p in pieces])
                 out[name] = [cat] if isinstance(self._defaults[name], list) else cat
@@ -524,19 +669,19 @@ class Metric(nn.Module):
             dist_sync_fn: overrides the metric's ``dist_sync_fn`` for this call.
             process_group: overrides the metric's ``process_group`` for this call.
             should_sync: ``False`` makes this a no-op.
-            distributed_available: a callable returning whether to sync (default: a process group with more
-                than one rank exists).
+            distributed_available: a callable returning whether to sync (default: the metric's
+                ``distributed_available_fn``); there is nothing to sync without a group of more than one rank.
 
         Raises:
-            RuntimeError: the metric is already synced, or ranks disagree on the states.
+            TorchMetricsUserError: the metric is already synced (a ``RuntimeError``).
+            RuntimeError: ranks disagree on the states.
         """
         if not should_sync or not self._defaults:
             return
         if self._synced_cache is not None:
-            raise RuntimeError(f"{type(self).__name__} is already synced; call unsync() first")
+            raise TorchMetricsUserError(f"{type(self).__name__} is already synced; call unsync() first")
         group = process_group if process_group is not None else self.process_group
-        available = distributed_available() if distributed_available is not None else group_size(group) > 1
-        if not available:
+        if not self._distributed_available(group, distributed_available):
             return
         local = self.metric_state
         overrides = dist_sync_fn is not None or group is not self.process_group
@@ -556,12 +701,12 @@ class Metric(nn.Module):
         """Restore the local states saved by :meth:`sync`.
 
         Raises:
-            RuntimeError: the metric is not synced.
+            TorchMetricsUserError: the metric is not synced (a ``RuntimeError``).
         """
         if not should_unsync:
             return
         if self._synced_cache is None:
-            raise RuntimeError(f"{type(self).__name__} is not synced; nothing to unsync")
+            raise TorchMetricsUserError(f"{type(self).__name__} is not synced; nothing to unsync")
         self._set_states(self._synced_cache)
         self._synced_cache = None
 
@@ -724,7 +869,80 @@ class Metric(nn.Module):
                 setattr(self, name, [t.to(device) for t in getattr(self, name)])
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+        settings = ", ".join(f"{name}={value!r}" for name, value in self._settings().items())
+        return f"{type(self).__name__}({settings})"
+
+    def _settings(self) -> dict[str, Any]:
+        """Constructor arguments whose current value differs from the default (what ``repr`` shows).
+
+        Read from the ``__init__`` signatures along the class hierarchy (the most derived default wins) and the
+        instance attributes of the same names; arguments that are not kept as attributes are not shown.
+        """
+        out: dict[str, Any] = {}
+        seen: set[str] = set()
+        for cls in type(self).__mro__:
+            init = cls.__dict__.get("__init__")
+            if init is None or cls is nn.Module:
+                continue
+            for param in list(inspect.signature(init).parameters.values())[1:]:
+                if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param.name in seen:
+                    continue
+                seen.add(param.name)
+                if param.name not in self.__dict__ or param.name in self._repr_hidden:
+                    continue
+                value = self.__dict__[param.name]
+                if param.default is param.empty or _differs(value, param.default):
+                    out[param.name] = value
+            if cls is Metric:
+                break
+        return out
+
+    def __getitem__(self, idx: Any) -> Metric:
+        """``metric[idx]``: a :class:`~torchmetrics_diff.CompositionalMetric` whose value is ``value[idx]``.
+
+        Example:
+            >>> import torch
+            >>> from torchmetrics_diff import CatMetric
+            >>> first = CatMetric()[0]
+            >>> first(torch.tensor([5.0, 6.0]))
+            tensor(5.)
+        """
+        from torchmetrics_diff.composition import CompositionalMetric
+
+        return CompositionalMetric(operator.itemgetter(idx), self, None)
+
+    def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
+        """Plot a value of the metric, or a sequence of values (one per step or epoch), with matplotlib.
+
+        Args:
+            val: a value as ``forward`` or ``compute`` return it (a scalar or 1-D tensor, a 2-D tensor shown as
+                an image, a dict of those), or a sequence of such values (drawn over their index);
+                ``None`` plots :meth:`compute`.
+            ax: a matplotlib ``Axes`` to draw into; ``None`` makes a new figure.
+
+        Returns:
+            ``(figure, axes)``.
+
+        Raises:
+            ModuleNotFoundError: matplotlib is not installed (``pip install 'torchmetrics_diff[plot]'``).
+
+        Example:
+            >>> import torch
+            >>> from torchmetrics_diff import MeanMetric
+            >>> metric = MeanMetric()
+            >>> values = [metric(torch.tensor([float(i), 1.0])) for i in range(5)]
+            >>> fig, ax = metric.plot(values)  # doctest: +SKIP
+        """
+        from torchmetrics_diff._plot import plot_values
+
+        return plot_values(
+            self.compute() if val is None else val,
+            ax=ax,
+            name=self.plot_legend_name or type(self).__name__,
+            higher_is_better=self.higher_is_better,
+            lower_bound=self.plot_lower_bound,
+            upper_bound=self.plot_upper_bound,
+        )
 
     __hash__ = nn.Module.__hash__
 
@@ -734,6 +952,15 @@ class Metric(nn.Module):
     def __pos__(self) -> Metric:
         """``+metric`` is the metric itself (torchmetrics returns ``abs(metric)``)."""
         return self
+
+
+def _differs(value: Any, default: Any) -> bool:
+    if value is default:
+        return False
+    try:
+        return bool(value != default)
+    except Exception:  # tensors of several elements, objects without a usable comparison
+        return True
 
 
 def _scaled(metric: Metric, states: dict[str, Any], group: Group) -> dict[str, Any]:
@@ -757,13 +984,15 @@ def sync_metrics(
         grad: ``"none"`` or ``"local"`` (each metric's ``grad_reduction`` scales its local gradient).
     """
 
+    if any(m._callable_lists for m in metrics.values()):
+        return _sync_callable_lists(metrics, states, group, plan, grad)
     if len(metrics) == 1 and "" in metrics:  # one metric under its own names (Metric.sync, forward): no renaming
         metric, own = metrics[""], states[""]
         own = _scaled(metric, own, group) if grad == "local" else own
         every = metric._reductions  # states in add_state order, as metric_state and the batch states are
         reductions = every if len(own) == len(every) else {name: every[name] for name in own}
         synced = sync_states(
-            own, reductions, group, plan=plan, grad=grad, owner=type(metric).__name__, device=metric.device
+            own, reductions, group, plan=plan, grad=grad, owner=_owner(metric), device=metric.device
         )
         return {"": _as_lists(metric, synced)}
     names = {key: {name: f"{key}.{name}" if key else name for name in states[key]} for key in metrics}
@@ -771,12 +1000,82 @@ def sync_metrics(
     flat = {names[key][name]: value for key, own in owned.items() for name, value in own.items()}
     reductions = {names[key][name]: metrics[key]._reductions[name] for key, own in owned.items() for name in own}
     first = next(iter(metrics.values()))
-    owner = type(first).__name__ if len(metrics) == 1 else "MetricCollection"
+    owner = _owner(first) if len(metrics) == 1 else "MetricCollection"
     synced = sync_states(flat, reductions, group, plan=plan, grad=grad, owner=owner, device=first.device)
     return {
         key: _as_lists(metric, {name: synced[flat_name] for name, flat_name in names[key].items()})
         for key, metric in metrics.items()
     }
+
+
+def _owner(metric: Any) -> str:
+    """The class name that error messages give for ``metric`` (the metric behind a :class:`_ListProxy`)."""
+    return type(getattr(metric, "_metric", metric)).__name__
+
+
+_ROWS = ":rows"  # suffix of the row-count companion of a list state with a callable reduction
+
+
+def _rows_of(value: list) -> int:
+    return sum(1 if t.ndim == 0 else t.shape[0] for t in value)
+
+
+def _sync_callable_lists(
+    metrics: dict[str, Metric], states: dict[str, dict[str, Any]], group: Group, plan: SyncPlan, grad: str
+) -> dict[str, dict[str, Any]]:
+    """:func:`sync_metrics` for metrics with list states whose reduction is a callable.
+
+    torchmetrics hands such a callable the list of every rank's rows (one tensor per rank), so
+    ``dist_reduce_fx=torch.cat`` works. Those states travel as ``cat`` states with a companion ``cat`` state of
+    their row count (in the same collective), and are split by rank before the callable runs.
+    """
+    proxies: dict[str, Metric] = {}
+    sent: dict[str, dict[str, Any]] = {}
+    for key, metric in metrics.items():
+        own = dict(states[key])
+        if metric._callable_lists:
+            proxy = _ListProxy(metric)
+            for name in metric._callable_lists:
+                if name in own:
+                    own[name + _ROWS] = torch.tensor([_rows_of(own[name])], dtype=torch.int64, device=metric.device)
+            proxies[key] = proxy
+        else:
+            proxies[key] = metric
+        sent[key] = own
+    synced = sync_metrics(proxies, sent, group, plan, grad)
+    for key, metric in metrics.items():
+        values = synced[key]
+        for name in metric._callable_lists:
+            if name not in values:
+                continue
+            counts = values.pop(name + _ROWS)
+            rows = values[name]
+            if isinstance(rows, list):
+                if not rows:  # empty on every rank: nothing to reduce, as torchmetrics leaves it
+                    continue
+                rows = rows[0]
+            values[name] = [metric._reductions[name](list(torch.split(rows, counts.tolist())))]
+    return synced
+
+
+class _ListProxy:
+    """Stands in for a metric in :func:`sync_metrics`: callable list reductions read as ``cat``, plus row counts."""
+
+    _callable_lists: tuple[str, ...] = ()
+
+    def __init__(self, metric: Metric) -> None:
+        self._metric = metric
+        reductions = dict(metric._reductions)
+        for name in metric._callable_lists:
+            reductions[name] = "cat"
+            reductions[name + _ROWS] = "cat"
+        self._reductions = reductions
+        self._list_states = metric._list_states
+        self.grad_reduction = metric.grad_reduction
+        self.device = metric.device
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._metric, name)
 
 
 def _as_lists(metric: Metric, values: dict[str, Any]) -> dict[str, Any]:

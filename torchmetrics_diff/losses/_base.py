@@ -2,20 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.functional._global import STRATEGIES
+from torchmetrics_diff.functional._global import STRATEGIES, checked_together
 from torchmetrics_diff.metric import Metric
+
+
+def check_consistent(owner: str, tensors: dict[str, Any], same_dtype: tuple[str, ...]) -> None:
+    """One call's tensors on one device, and the tensors named in ``same_dtype`` in one dtype.
+
+    A 0-d CPU tensor (a scale given as ``torch.tensor(10.0)``) may go with tensors on any device, as in torch's
+    own arithmetic.
+
+    Raises:
+        ValueError: naming the two arguments and what they hold.
+    """
+    present = {n: t for n, t in tensors.items() if isinstance(t, Tensor)}
+    anchor = next((n for n in same_dtype if n in present), None)
+    if anchor is None:
+        return
+    ref = present[anchor]
+    for name, t in present.items():
+        if t.device != ref.device and not (t.ndim == 0 and t.device.type == "cpu"):
+            raise ValueError(
+                f"{owner}: `{name}` must be on the device of `{anchor}` ({ref.device}); got {t.device}"
+            )
+        if name in same_dtype and t.dtype != ref.dtype:
+            raise ValueError(
+                f"{owner}: `{name}` must have the dtype of `{anchor}` ({ref.dtype}); got {t.dtype} "
+                "(cast both to one dtype, e.g. under the same autocast)"
+            )
 
 
 class GlobalBatchLoss(Metric):
     """Base of the losses: ``loss(*inputs)`` returns the global-batch loss; ``compute()`` the epoch mean.
 
-    Subclasses implement :meth:`_loss` (the value of one call, global when ``sync``). Each call's detached
-    value is recorded, and :meth:`compute` returns the mean of the recorded values over steps (and ranks).
+    Subclasses implement :meth:`_loss` (the value of one call, global when ``sync``) and a public ``forward``
+    and ``update`` with their real arguments, both handing those arguments by name to :meth:`_step` and
+    :meth:`_update_from`. Each call's detached value is recorded, and :meth:`compute` returns the mean of the
+    recorded values over steps (and ranks).
 
     Args:
         strategy: ``"replicated"`` or ``"sharded"`` (see :doc:`/guide/strategies`).
@@ -28,6 +57,7 @@ class GlobalBatchLoss(Metric):
     is_differentiable = True
     higher_is_better = False
     full_state_update = False
+    _same_dtype: ClassVar[tuple[str, ...]] = ()  # the arguments that must share one floating dtype
 
     def __init__(self, *, strategy: str = "sharded", dist_sync_on_step: bool = True, **kwargs: Any) -> None:
         super().__init__(dist_sync_on_step=dist_sync_on_step, **kwargs)
@@ -47,17 +77,49 @@ class GlobalBatchLoss(Metric):
         self.loss_total = self.loss_total + value.detach().to(self.loss_total.dtype)
         self.steps = self.steps + 1
 
-    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
-        """The loss of this call's global batch, differentiable; also recorded for :meth:`compute`."""
-        value = self._loss(*args, sync=self.dist_sync_on_step, **kwargs)
+    def _checked(self, inputs: dict[str, Any]) -> None:
+        """Device and dtype agreement among this call's tensors; under sync a failure raises on every rank."""
+        owner = type(self).__name__
+        if self.dist_sync_on_step and self._distributed_available():
+            like = next((inputs[n] for n in self._same_dtype if isinstance(inputs.get(n), Tensor)), None)
+            with checked_together(self.process_group, like):
+                check_consistent(owner, inputs, self._same_dtype)
+        else:
+            check_consistent(owner, inputs, self._same_dtype)
+
+    def _step(self, **inputs: Any) -> Tensor:
+        """``forward``'s body: the loss of this call's global batch, differentiable, then recorded."""
+        if self._synced_cache is not None:
+            raise self._synced_error("forward")
+        self._checked(inputs)
+        value = self._loss(**inputs, sync=self.dist_sync_on_step)
         self._computed = None
         self._update_count += 1
         self._record(value)
+        self._forward_cache = value.detach()
         return value
+
+    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
+        """The loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
+
+        The losses of this package define ``forward`` with their own arguments; this generic form serves a
+        subclass that only implements :meth:`_loss`.
+        """
+        return self._step(**self._bind(args, kwargs))
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Record the loss of a batch without gradient (e.g. in validation)."""
-        self._record(self._loss(*args, sync=self.dist_sync_on_step, **kwargs))
+        self._update_from(**self._bind(args, kwargs))
+
+    def _bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        bound = inspect.signature(self._loss).bind(*args, sync=False, **kwargs)
+        bound.arguments.pop("sync")
+        return dict(bound.arguments)
+
+    def _update_from(self, **inputs: Any) -> None:
+        """``update``'s body (it runs under ``no_grad`` in the metric lifecycle)."""
+        self._checked(inputs)
+        self._record(self._loss(**inputs, sync=self.dist_sync_on_step))
 
     def compute(self) -> Tensor:
         """The mean of the recorded losses (NaN before any call)."""

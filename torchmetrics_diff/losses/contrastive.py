@@ -42,6 +42,26 @@ class CLIPLoss(GlobalBatchLoss):
         tensor(0.0004)
     """
 
+    _same_dtype = ("image_embeds", "text_embeds")
+
+    def forward(self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float) -> Tensor:
+        """The CLIP loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
+
+        Args:
+            image_embeds: this rank's image embeddings (B, D), used as given (normalize them in the model).
+            text_embeds: this rank's text embeddings (B, D) of the same dtype and device; row i pairs with image i.
+            logit_scale: the multiplier of the similarities (``model.logit_scale.exp()``): a number, a 0-d tensor
+                or a shape-(1,) tensor (FSDP2 refuses 0-d parameters); its gradient has its shape.
+
+        Returns:
+            The loss of every rank's rows, identical on every rank.
+        """
+        return self._step(image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale)
+
+    def update(self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float) -> None:
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        self._update_from(image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale)
+
     def _loss(self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float, *, sync: bool) -> Tensor:
         if not sync:
             return F.clip_loss(image_embeds, text_embeds, logit_scale)
@@ -74,6 +94,24 @@ class InfoNCELoss(GlobalBatchLoss):
         super().__init__(**kwargs)
         self.temperature = _check_temperature(temperature)
 
+    _same_dtype = ("z1", "z2")
+
+    def forward(self, z1: Tensor, z2: Tensor) -> Tensor:
+        """The NT-Xent loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
+
+        Args:
+            z1: this rank's first-view embeddings (B, D), L2-normalized inside.
+            z2: the second views (B, D), same dtype and device; row i is the other view of ``z1[i]``.
+
+        Returns:
+            The loss of every rank's 2N anchors, identical on every rank.
+        """
+        return self._step(z1=z1, z2=z2)
+
+    def update(self, z1: Tensor, z2: Tensor) -> None:
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        self._update_from(z1=z1, z2=z2)
+
     def _loss(self, z1: Tensor, z2: Tensor, *, sync: bool) -> Tensor:
         if not sync:
             return F.info_nce_loss(z1, z2, self.temperature)
@@ -103,6 +141,25 @@ class SupConLoss(GlobalBatchLoss):
         super().__init__(**kwargs)
         self.temperature = _check_temperature(temperature)
 
+    _same_dtype = ("features",)
+
+    def forward(self, features: Tensor, labels: Tensor | None = None) -> Tensor:
+        """The SupCon loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
+
+        Args:
+            features: this rank's embeddings (B, D) or views (B, V, D), L2-normalized inside.
+            labels: integer class labels (B,) on the same device; ``None``: each sample is its own class
+                (SimCLR with the views as positives).
+
+        Returns:
+            The loss over every rank's anchors that have a positive, identical on every rank.
+        """
+        return self._step(features=features, labels=labels)
+
+    def update(self, features: Tensor, labels: Tensor | None = None) -> None:
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        self._update_from(features=features, labels=labels)
+
     def _loss(self, features: Tensor, labels: Tensor | None = None, *, sync: bool) -> Tensor:
         if not sync:
             return F.supcon_loss(features, labels, self.temperature)
@@ -127,6 +184,34 @@ class SigLIPLoss(GlobalBatchLoss):
         >>> SigLIPLoss()(torch.eye(2), torch.eye(2), torch.tensor(10.0), torch.tensor(-5.0))
         tensor(0.0134)
     """
+
+    _same_dtype = ("image_embeds", "text_embeds")
+
+    def forward(
+        self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float, logit_bias: Tensor | float
+    ) -> Tensor:
+        """The SigLIP loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
+
+        Args:
+            image_embeds: this rank's image embeddings (B, D).
+            text_embeds: this rank's text embeddings (B, D), same dtype and device; row i pairs with image i.
+            logit_scale: ``t``, a number, a 0-d or a shape-(1,) tensor.
+            logit_bias: ``b``, a number, a 0-d or a shape-(1,) tensor.
+
+        Returns:
+            The loss of every rank's rows, identical on every rank.
+        """
+        return self._step(
+            image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale, logit_bias=logit_bias
+        )
+
+    def update(
+        self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float, logit_bias: Tensor | float
+    ) -> None:
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        self._update_from(
+            image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale, logit_bias=logit_bias
+        )
 
     def _loss(
         self,
@@ -171,6 +256,24 @@ class BarlowTwinsLoss(GlobalBatchLoss):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"`{name}` must be a finite number >= 0; got {value!r}")
         self.lambda_offdiag, self.eps = float(lambda_offdiag), float(eps)
+
+    _same_dtype = ("za", "zb")
+
+    def forward(self, za: Tensor, zb: Tensor) -> Tensor:
+        """The Barlow Twins loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
+
+        Args:
+            za: this rank's embeddings of the first views (B, D).
+            zb: the second views (B, D), same dtype and device.
+
+        Returns:
+            The loss of the global cross-correlation, identical on every rank.
+        """
+        return self._step(za=za, zb=zb)
+
+    def update(self, za: Tensor, zb: Tensor) -> None:
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        self._update_from(za=za, zb=zb)
 
     def _loss(self, za: Tensor, zb: Tensor, *, sync: bool) -> Tensor:
         if not sync:

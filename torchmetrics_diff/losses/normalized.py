@@ -30,6 +30,7 @@ from torchmetrics_diff.distributed import all_gather_cat, all_reduce
 from torchmetrics_diff.distributed._backend import group_size
 from torchmetrics_diff.functional import _contrastive as F
 from torchmetrics_diff.functional._global import _global_normalized, checked_together
+from torchmetrics_diff.losses._base import check_consistent
 from torchmetrics_diff.metric import Metric
 
 
@@ -61,6 +62,7 @@ class GlobalMeanLoss(Metric):
     is_differentiable = True
     higher_is_better = False
     full_state_update = False
+    _same_dtype: tuple[str, ...] = ("values",)
 
     def __init__(self, *, dist_sync_on_step: bool = True, **kwargs: Any) -> None:
         super().__init__(dist_sync_on_step=dist_sync_on_step, **kwargs)
@@ -127,13 +129,37 @@ class GlobalMeanLoss(Metric):
                 f"rank but the calls inside the block brought {plan[2]:g}"
             )
 
-    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
-        """This call's loss (its share of the step's loss inside :meth:`accumulate`), differentiable."""
-        if self.dist_sync_on_step:  # a bad input on one rank raises on every rank
-            with checked_together(self.process_group, args[0] if args else None):
-                loss_sum, count = self._block(*args, **kwargs)
+    def forward(self, values: Tensor, weight: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+        """This call's loss (its share of the step's loss inside :meth:`accumulate`), differentiable.
+
+        Args:
+            values: per-element losses of this rank (any shape), e.g. ``F.cross_entropy(..., reduction="none")``.
+            weight: per-element weights broadcastable to ``values``, same device and dtype as ``values``.
+            mask: a bool tensor broadcastable to ``values``: ``False`` leaves an element out.
+
+        Returns:
+            ``Σ w·v / Σ w`` over every rank's elements, identical on every rank.
+        """
+        return self._step(values=values, weight=weight, mask=mask)
+
+    def update(self, values: Tensor, weight: Tensor | None = None, mask: Tensor | None = None) -> None:
+        """Accumulate the weighted sum and weight of a batch (no gradient); arguments as in :meth:`forward`."""
+        self._update_from(values=values, weight=weight, mask=mask)
+
+    def _check_inputs(self, inputs: dict[str, Any]) -> None:
+        check_consistent(type(self).__name__, inputs, self._same_dtype)
+
+    def _step(self, **inputs: Any) -> Tensor:
+        if self._synced_cache is not None:
+            raise self._synced_error("forward")
+        if self.dist_sync_on_step and self._distributed_available():  # a bad input on one rank raises on all
+            first = next(iter(inputs.values()))
+            with checked_together(self.process_group, first):
+                self._check_inputs(inputs)
+                loss_sum, count = self._block(**inputs)
         else:
-            loss_sum, count = self._block(*args, **kwargs)
+            self._check_inputs(inputs)
+            loss_sum, count = self._block(**inputs)
         total = None if self._accumulation is None else self._accumulation[0]
         if self.dist_sync_on_step:
             value = _global_normalized(loss_sum, count, total, self.process_group, self.grad_reduction)
@@ -147,11 +173,12 @@ class GlobalMeanLoss(Metric):
         self.weight = self.weight + count.detach().to(torch.float64)
         if self._accumulation is not None:
             self._accumulation[2] += float(count)
+        self._forward_cache = value.detach()
         return value
 
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        """Accumulate the weighted sum and weight of a batch (no gradient)."""
-        loss_sum, count = self._block(*args, **kwargs)
+    def _update_from(self, **inputs: Any) -> None:
+        self._check_inputs(inputs)
+        loss_sum, count = self._block(**inputs)
         self.loss_sum = self.loss_sum + loss_sum.to(torch.float64)
         self.weight = self.weight + count.to(torch.float64)
 
@@ -185,6 +212,24 @@ class TokenCrossEntropyLoss(GlobalMeanLoss):
         if not 0.0 <= float(label_smoothing) <= 1.0:
             raise ValueError(f"`label_smoothing` must be in [0, 1]; got {label_smoothing!r}")
         self.ignore_index, self.label_smoothing = int(ignore_index), float(label_smoothing)
+
+    _same_dtype = ("logits",)
+
+    def forward(self, logits: Tensor, target: Tensor) -> Tensor:  # type: ignore[override]
+        """This call's loss (its share of the step's loss inside :meth:`~GlobalMeanLoss.accumulate`).
+
+        Args:
+            logits: (..., C), the class dimension last.
+            target: (...) integer classes on the same device; ``ignore_index`` marks padding.
+
+        Returns:
+            The mean cross-entropy over every rank's valid tokens, identical on every rank.
+        """
+        return self._step(logits=logits, target=target)
+
+    def update(self, logits: Tensor, target: Tensor) -> None:  # type: ignore[override]
+        """Accumulate a batch's summed loss and valid-token count (no gradient); arguments as in :meth:`forward`."""
+        self._update_from(logits=logits, target=target)
 
     def _block(self, logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
         return F.token_cross_entropy_block(logits, target, self.ignore_index, self.label_smoothing)

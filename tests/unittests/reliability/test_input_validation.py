@@ -253,11 +253,11 @@ def _pair(**kwargs: Any) -> MetricCollection:
     ("groups", "needles"),
     [
         ([["a", "c"]], ("compute group", "'c'", "['a', 'b', 'm']")),
-        ([["a"]], ("compute group", "at least two")),
+        ([[]], ("compute group", "must name members")),
         ([["a", "b"], ["b", "a"]], ("compute groups", "'b'")),
         ([["a", "m"]], ("compute group", "'m'", "'a'", "states")),
     ],
-    ids=["unknown member", "single member", "member in two groups", "different states"],
+    ids=["unknown member", "empty group", "member in two groups", "different states"],
 )
 def test_collection_bad_compute_groups(groups: Any, needles: tuple) -> None:
     expect_error(lambda: _pair(compute_groups=groups), ValueError, *needles)

@@ -1,0 +1,88 @@
+"""Data, model and an independent reference for the Lightning and Fabric runs (imported by the scripts and the test).
+
+Two ranks, two epochs of two steps. Every step's global batch has 5 rows, split 3 + 2 between the ranks (uneven).
+The towers are trained with plain SGD, so the reference replays the same steps on one process: the global batch,
+the same initial weights, the gradient of the one-device loss, the same update.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+EPOCHS, STEPS, ROWS, SPLIT, DIM, OUT = 2, 2, 5, (3, 2), 4, 3
+LR = 0.5
+LOGIT_SCALE = 2.0
+
+
+def global_batch(epoch: int, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Images, texts (ROWS, DIM) and per-row values (ROWS,) of one step, float64, the same on every process."""
+    g = torch.Generator().manual_seed(1000 * epoch + step)
+    img = torch.randn(ROWS, DIM, generator=g, dtype=torch.float64)
+    txt = img + 0.5 * torch.randn(ROWS, DIM, generator=g, dtype=torch.float64)
+    values = torch.rand(ROWS, generator=g, dtype=torch.float64) * 10 - 5
+    return img, txt, values
+
+
+def rank_rows(rank: int) -> slice:
+    start = sum(SPLIT[:rank])
+    return slice(start, start + SPLIT[rank])
+
+
+def initial_weights() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    return (
+        torch.randn(OUT, DIM, generator=g, dtype=torch.float64) / 2,
+        torch.randn(OUT, DIM, generator=g, dtype=torch.float64) / 2,
+    )
+
+
+def reference_clip(img_emb: torch.Tensor, txt_emb: torch.Tensor) -> torch.Tensor:
+    """CLIP loss written from its definition: mean of both cross-entropies over the full (N, N) logits."""
+    logits = LOGIT_SCALE * img_emb @ txt_emb.T
+    target = torch.arange(len(logits))
+    return (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+
+
+def reference_run() -> dict[str, list[float]]:
+    """What the runs must log: per step and per epoch, computed on one process from the global batches."""
+    w_img, w_txt = initial_weights()
+    out: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "clip_step",
+            "clip_epoch",
+            "mean_step",
+            "mean_epoch",
+            "sum_step",
+            "sum_epoch",
+            "max_step",
+            "max_epoch",
+        )
+    }
+    for epoch in range(EPOCHS):
+        clips, everything = [], []
+        for step in range(STEPS):
+            img, txt, values = global_batch(epoch, step)
+            w_img.requires_grad_(True)
+            w_txt.requires_grad_(True)
+            loss = reference_clip(F.normalize(img @ w_img.T, dim=1), F.normalize(txt @ w_txt.T, dim=1))
+            loss.backward()
+            with torch.no_grad():
+                w_img = w_img - LR * w_img.grad
+                w_txt = w_txt - LR * w_txt.grad
+            clips.append(loss.item())
+            everything.append(values)
+            out["clip_step"].append(loss.item())
+            out["mean_step"].append(values.mean().item())
+            out["sum_step"].append(values.sum().item())
+            out["max_step"].append(values.max().item())
+        flat = torch.cat(everything)
+        out["clip_epoch"].append(sum(clips) / len(clips))
+        out["mean_epoch"].append(flat.mean().item())
+        out["sum_epoch"].append(flat.sum().item())
+        out["max_epoch"].append(flat.max().item())
+    out["final_weight_norm"] = [math.sqrt(float((w_img**2).sum() + (w_txt**2).sum()))]
+    return out
