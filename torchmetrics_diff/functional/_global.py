@@ -147,7 +147,7 @@ def global_rows_loss(
     with checked_together(group, views[0] if len(views) else None):
         _check_options(strategy, grad_reduction)
         if strategy == "ring":
-            raise ValueError("`strategy` 'ring' needs a ring kernel (CLIP, InfoNCE, SupCon, SigLIP), not a custom block")
+            raise ValueError("`strategy` 'ring' needs a ring kernel (CLIP, InfoNCE, SupCon, SigLIP); not for a block")
     world = group_size(group)
     if world == 1:
         loss_sum, count = block(views, views, 0)
