@@ -30,7 +30,10 @@ import torch
 import torch.distributed as dist
 from _timing import Check, fx, ms, run_spawned, table
 
-N_BIG, D_BIG, W_BIG, TILE = 16384, 256, 4, 1024
+from torchmetrics_diff.functional._ring import DEFAULT_TILE
+
+N_BIG, D_BIG, W_BIG = 16384, 256, 4
+TILE = DEFAULT_TILE  # the ring's default tile
 
 
 # ----------------------------------------------------------------------------------------------- memory

@@ -51,8 +51,8 @@ from torchmetrics_diff.functional._global import _check_options, _check_views, _
 
 __all__ = ["DEFAULT_TILE", "ring_clip_loss", "ring_info_nce_loss", "ring_siglip_loss", "ring_supcon_loss"]
 
-#: candidate columns per logit tile: a (B, 1024) tile is 4 MiB per 1024 float32 anchor rows
-DEFAULT_TILE = 1024
+#: candidate columns per logit tile: a (B, 512) float32 tile is 2 MiB per 1024 anchor rows
+DEFAULT_TILE = 512
 
 
 def check_tile(tile: object) -> int:
@@ -120,13 +120,38 @@ def _global_value(loss_sum: Tensor, count: Tensor, plan: _Plan, group: Group, gr
     return _sharded_value(loss_sum, count, plan.ring.size, group, grad_reduction)
 
 
+def _logits(a: Tensor, chunk: Tensor, scale: Tensor) -> Tensor:
+    """``(s·A) @ C.T`` of a tile, in the accumulation dtype; the scale multiplies the (tile, D) chunk, not A."""
+    return (a @ (chunk * scale.to(chunk.dtype)).T).to(_acc(a.dtype))
+
+
+def _lse(logits: Tensor, dim: int, out: Tensor | None = None) -> Tensor:
+    """``log Σ exp`` of ``logits`` along ``dim`` with one temporary of its size (``out`` when given)."""
+    if logits.shape[dim] == 0:
+        shape = list(logits.shape)
+        del shape[dim]
+        return logits.new_full(shape, -torch.inf)
+    shift = logits.amax(dim=dim, keepdim=True)
+    shift = torch.where(torch.isfinite(shift), shift, 0.0)  # a row of -inf only: exp(-inf) = 0, lse -inf
+    return torch.sub(logits, shift, out=out).exp_().sum(dim=dim).log_().add_(shift.squeeze(dim))
+
+
+def _tile_grads(h: Tensor, part: Tensor, g_mat: Tensor, a: Tensor, chunk: Tensor) -> None:
+    """``h += G @ C`` and ``part = Gᵀ @ A`` (the block's gradient before the scale) of one tile."""
+    if h.dtype == g_mat.dtype:
+        h.addmm_(g_mat, chunk)
+    else:
+        h.add_(g_mat @ chunk)
+    part.copy_(g_mat.T @ a)
+
+
 def _grads(
-    ctx: Any, a: Tensor, scale: Tensor, h: Tensor, home: Tensor | None, same: bool
+    want_s: bool, a: Tensor, scale: Tensor, h: Tensor, home: Tensor | None, same: bool
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """``(grad_A, grad_C, grad_s)`` from ``h = Σ G @ C`` and the candidates' gradient ``home``; with ``same``
     the anchors are the candidates and both paths go to ``A``."""
     s = scale.to(h.dtype)
-    grad_s = (h * a.to(h.dtype)).sum().to(scale.dtype) if ctx.needs_input_grad[2] else None
+    grad_s = torch.dot(h.reshape(-1), a.to(h.dtype).reshape(-1)).to(scale.dtype) if want_s else None
     grad_a = h.mul_(s)
     if same:
         grad_a = grad_a.add_(home)
@@ -136,10 +161,10 @@ def _grads(
 
 # ----------------------------------------------------------------------------------- softmax rows (InfoNCE, SupCon)
 def _xent_tile(
-    sa: Tensor, chunk: Tensor, own_block: bool, lo: int, a_cls: Tensor, c_cls: Tensor
+    a: Tensor, chunk: Tensor, scale: Tensor, own_block: bool, lo: int, a_cls: Tensor, c_cls: Tensor
 ) -> tuple[Tensor, Tensor]:
     """Logits of a tile with each anchor's own column at ``-inf``, and the positives mask (own excluded)."""
-    logits = (sa @ chunk.T).to(_acc(sa.dtype))
+    logits = _logits(a, chunk, scale)
     same = a_cls[:, None] == c_cls[None, :]
     if own_block:  # anchor a is candidate a of its own block
         hi = lo + chunk.shape[0]
@@ -151,7 +176,6 @@ def _xent_tile(
 def _xent_forward(z: Tensor, scale: Tensor, plan: _Plan, cls_all: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
     acc = _acc(z.dtype)
     rank = plan.ring.rank
-    sa = z * scale.to(z.dtype)
     a_cls = cls_all[plan.starts[rank] : plan.starts[rank] + z.shape[0]]
     lse = torch.full((z.shape[0],), -torch.inf, dtype=acc, device=z.device)
     positive = torch.zeros(z.shape[0], dtype=acc, device=z.device)
@@ -160,9 +184,9 @@ def _xent_forward(z: Tensor, scale: Tensor, plan: _Plan, cls_all: Tensor, weight
         for lo in plan.tiles(owner):
             hi = min(lo + plan.tile, plan.rows[owner])
             c_cls = cls_all[plan.starts[owner] + lo : plan.starts[owner] + hi]
-            logits, same = _xent_tile(sa, block[0][lo:hi], owner == rank, lo, a_cls, c_cls)
+            logits, same = _xent_tile(z, block[0][lo:hi], scale, owner == rank, lo, a_cls, c_cls)
             positive.add_(torch.where(same, logits, 0.0).sum(dim=1))
-            torch.logaddexp(lse, torch.logsumexp(logits, dim=1), out=lse)
+            torch.logaddexp(lse, _lse(logits, 1), out=lse)
 
     circulate(plan.ring, [z.detach()], plan.empty_block, visit)
     valid = weight > 0
@@ -190,7 +214,6 @@ class _RingXent(torch.autograd.Function):
         pos_coef = (g * weight)[:, None]
         a_cls = cls_all[plan.starts[rank] : plan.starts[rank] + z.shape[0]]
         acc = lse.dtype
-        sa = z * scale.to(z.dtype)
         h = torch.zeros(z.shape, dtype=acc, device=z.device)
 
         def visit(owner: int, block: list[Tensor]) -> Tensor:
@@ -199,14 +222,13 @@ class _RingXent(torch.autograd.Function):
             for lo in plan.tiles(owner):
                 hi = min(lo + plan.tile, plan.rows[owner])
                 c_cls = cls_all[plan.starts[owner] + lo : plan.starts[owner] + hi]
-                logits, same = _xent_tile(sa, cand[lo:hi], owner == rank, lo, a_cls, c_cls)
+                logits, same = _xent_tile(z, cand[lo:hi], scale, owner == rank, lo, a_cls, c_cls)
                 g_mat = logits.sub_(lse_safe).exp_().mul_(row_coef).sub_(same * pos_coef).to(z.dtype)
-                h.add_(g_mat @ cand[lo:hi])
-                part[lo:hi] = g_mat.T @ sa
-            return part
+                _tile_grads(h, part[lo:hi], g_mat, z, cand[lo:hi])
+            return part.mul_(scale.to(acc))
 
         home = circulate(plan.ring, [z.detach()], plan.empty_block, visit, plan.empty_grad)
-        grad_z, _, grad_s = _grads(ctx, z, scale, h, home, same=True)
+        grad_z, _, grad_s = _grads(ctx.needs_input_grad[1], z, scale, h, home, same=True)
         return grad_z, grad_s, None, None, None
 
 
@@ -220,16 +242,16 @@ def _xent_sum(z: Tensor, scale: Tensor, plan: _Plan, cls_all: Tensor, weight: Te
 def _clip_forward(img: Tensor, txt: Tensor, scale: Tensor, plan: _Plan) -> tuple[Tensor, Tensor, Tensor]:
     """``Σ row lse + Σ own column lse``, the row and the (complete) own column log-sum-exps."""
     acc = _acc(img.dtype)
-    si = img * scale.to(img.dtype)
     row_lse = torch.full((img.shape[0],), -torch.inf, dtype=acc, device=img.device)
 
     def visit(owner: int, block: list[Tensor]) -> Tensor:
         col = torch.empty(plan.rows[owner], dtype=acc, device=img.device)
         for lo in plan.tiles(owner):
             hi = min(lo + plan.tile, plan.rows[owner])
-            logits = (si @ block[0][lo:hi].T).to(acc)
-            torch.logaddexp(row_lse, torch.logsumexp(logits, dim=1), out=row_lse)
-            col[lo:hi] = torch.logsumexp(logits, dim=0)
+            logits = _logits(img, block[0][lo:hi], scale)
+            buffer = torch.empty_like(logits)  # the tile's one temporary, for both directions
+            torch.logaddexp(row_lse, _lse(logits, 1, buffer), out=row_lse)
+            col[lo:hi] = _lse(logits, 0, buffer)
         return col
 
     col_lse = circulate(
@@ -257,7 +279,6 @@ class _RingClip(torch.autograd.Function):
         plan: _Plan = ctx.plan
         acc = row_lse.dtype
         g = grad_out.to(acc)
-        si = img * scale.to(img.dtype)
         h = torch.zeros(img.shape, dtype=acc, device=img.device)
         row_lse = row_lse[:, None]
 
@@ -266,34 +287,32 @@ class _RingClip(torch.autograd.Function):
             part = torch.empty(cand.shape, dtype=acc, device=cand.device)
             for lo in plan.tiles(owner):
                 hi = min(lo + plan.tile, plan.rows[owner])
-                logits = (si @ cand[lo:hi].T).to(acc)
+                logits = _logits(img, cand[lo:hi], scale)
                 by_row = torch.sub(logits, row_lse).exp_().mul_(g)
                 g_mat = logits.sub_(info[lo:hi][None, :]).exp_().mul_(info[-1]).add_(by_row).to(img.dtype)
                 del by_row
-                h.add_(g_mat @ cand[lo:hi])
-                part[lo:hi] = g_mat.T @ si
-            return part
+                _tile_grads(h, part[lo:hi], g_mat, img, cand[lo:hi])
+            return part.mul_(scale.to(acc))
 
         def empty_block(owner: int) -> list[Tensor]:
             return [*plan.empty_block(owner), torch.empty(plan.rows[owner] + 1, dtype=acc, device=img.device)]
 
         own = [txt.detach(), torch.cat([col_lse, g.reshape(1)])]
         home = circulate(plan.ring, own, empty_block, visit, plan.empty_grad)
-        grad_img, grad_txt, grad_s = _grads(ctx, img, scale, h, home, same=False)
+        grad_img, grad_txt, grad_s = _grads(ctx.needs_input_grad[2], img, scale, h, home, same=False)
         return grad_img, grad_txt, grad_s, None
 
 
 # -------------------------------------------------------------------------------------------------- SigLIP
 def _sigmoid_forward(img: Tensor, txt: Tensor, scale: Tensor, bias: Tensor, plan: _Plan) -> Tensor:
     acc = _acc(img.dtype)
-    si = img * scale.to(img.dtype)
     b = bias.to(acc)
     total = torch.zeros((), dtype=acc, device=img.device)
 
     def visit(owner: int, block: list[Tensor]) -> None:
         for lo in plan.tiles(owner):
             hi = min(lo + plan.tile, plan.rows[owner])
-            total.add_(F.softplus((si @ block[0][lo:hi].T).to(acc).add_(b)).sum())
+            total.add_(F.softplus(_logits(img, block[0][lo:hi], scale).add_(b)).sum())
 
     circulate(plan.ring, [txt.detach()], plan.empty_block, visit)
     return total
@@ -312,7 +331,6 @@ class _RingSigmoid(torch.autograd.Function):
         plan: _Plan = ctx.plan
         acc = _acc(img.dtype)
         g, b = grad_out.to(acc), bias.to(acc)
-        si = img * scale.to(img.dtype)
         h = torch.zeros(img.shape, dtype=acc, device=img.device)
         grad_b = torch.zeros((), dtype=acc, device=img.device)
 
@@ -321,15 +339,13 @@ class _RingSigmoid(torch.autograd.Function):
             part = torch.empty(cand.shape, dtype=acc, device=cand.device)
             for lo in plan.tiles(owner):
                 hi = min(lo + plan.tile, plan.rows[owner])
-                g_acc = (si @ cand[lo:hi].T).to(acc).add_(b).sigmoid_().mul_(g)
+                g_acc = _logits(img, cand[lo:hi], scale).add_(b).sigmoid_().mul_(g)
                 grad_b.add_(g_acc.sum())
-                g_mat = g_acc.to(img.dtype)
-                h.add_(g_mat @ cand[lo:hi])
-                part[lo:hi] = g_mat.T @ si
-            return part
+                _tile_grads(h, part[lo:hi], g_acc.to(img.dtype), img, cand[lo:hi])
+            return part.mul_(scale.to(acc))
 
         home = circulate(plan.ring, [txt.detach()], plan.empty_block, visit, plan.empty_grad)
-        grad_img, grad_txt, grad_s = _grads(ctx, img, scale, h, home, same=False)
+        grad_img, grad_txt, grad_s = _grads(ctx.needs_input_grad[2], img, scale, h, home, same=False)
         grad_bias = grad_b.to(bias.dtype) if ctx.needs_input_grad[3] else None
         return grad_img, grad_txt, grad_s, grad_bias, None
 
@@ -489,6 +505,6 @@ def ring_supcon_loss(
     own = cls_all[plan.starts[plan.ring.rank] : plan.starts[plan.ring.rank] + n * views]
     positives = torch.bincount(cls_all, minlength=int(ids.max()) + 1 if ids.numel() else 0)[own] - 1
     acc = _acc(z.dtype)
-    weight = torch.where(positives > 0, 1.0 / positives.clamp_min(1).to(acc), torch.zeros((), dtype=acc))
+    weight = torch.where(positives > 0, 1.0 / positives.clamp_min(1).to(acc), 0.0)
     total = _xent_sum(z, scale_t, plan, cls_all, weight)
     return _global_value(total, _count((positives > 0).sum(), total), plan, group, grad_reduction)
