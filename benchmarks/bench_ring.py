@@ -143,9 +143,6 @@ def main(args: Any) -> list[Check]:
     n, d, w = (4096, 128, W_BIG) if quick else (N_BIG, D_BIG, W_BIG)
     small = n // 4
     rounds = 2
-    # every allocation of 64 KiB or more is its own mapping, returned to the system when freed: the resident set
-    # then follows the live tensors instead of what glibc's heap keeps (the spawned ranks inherit this)
-    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)
     have_open_clip = _open_clip_loss_module() is not None
     if not have_open_clip:
         print("bench_ring: open_clip is not installed (pip install open_clip_torch --no-deps); its rows read n/a\n")
@@ -161,10 +158,21 @@ def main(args: Any) -> list[Check]:
     ]
     if have_open_clip:
         plan.append(("siglip", "open_clip", n, w))
-    for kind, strategy, size, world in plan:
-        mem[(kind, strategy, size, world)] = run_spawned(
-            _memory_worker, world, kind, strategy, size, d, TILE, timeout=900.0
-        )
+    # memory runs: every allocation of 64 KiB or more is its own mapping, returned to the system when freed, so
+    # the resident set follows the live tensors instead of what glibc's heap keeps (the spawned ranks inherit
+    # this); the timing runs use glibc's defaults (a mapping per large tensor would charge page faults to time)
+    previous = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)
+    try:
+        for kind, strategy, size, world in plan:
+            mem[(kind, strategy, size, world)] = run_spawned(
+                _memory_worker, world, kind, strategy, size, d, TILE, timeout=900.0
+            )
+    finally:
+        if previous is None:
+            del os.environ["MALLOC_MMAP_THRESHOLD_"]
+        else:
+            os.environ["MALLOC_MMAP_THRESHOLD_"] = previous
     configs = {
         f"clip-sharded-{small}": ("clip", "sharded", small),
         f"clip-ring-{small}": ("clip", "ring", small),
