@@ -9,8 +9,9 @@ unit-norm embeddings of width D, a per-rank batch B = N / W, the loss's forward 
    Allocations of 64 KiB and more are their own mappings (``MALLOC_MMAP_THRESHOLD_``), so the resident set
    follows the live tensors.
 2. *Time*: one set of W = 4 processes runs every configuration in turn, round after round (after a small
-   warm-up); a configuration's time is rank 0's wall time of one step between barriers, and ratios are medians
-   of per-round ratios (the load of the other engineers on the machine hits both sides of a round alike).
+   warm-up), in the reverse order every other round; a configuration's time is rank 0's wall time of one step
+   between barriers, and ratios are medians of per-round ratios (the load of the other engineers on the
+   machine hits both sides of a round alike).
 
 Anchors: ``CLIPLoss(strategy="sharded")`` (one (B, N) logit block, texts gathered) and open_clip's
 ``SigLipLoss(dist_impl="bidir")`` (its ``loss.py`` loaded from file without the package, which needs
@@ -121,8 +122,10 @@ def _time_worker(rank: int, world: int, configs: dict[str, tuple], d: int, tile:
         _step_fn(kind, strategy, rank, world, 64 * world, d, tile)()
     steps = {name: _step_fn(kind, strategy, rank, world, n, d, tile) for name, (kind, strategy, n) in configs.items()}
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(rounds):
-        for name, step in steps.items():
+    order = list(steps)
+    for r in range(rounds):
+        for name in order if r % 2 == 0 else order[::-1]:  # alternate the order: drift in the load cancels
+            step = steps[name]
             dist.barrier()
             t0 = time.perf_counter()
             step()
@@ -142,7 +145,7 @@ def main(args: Any) -> list[Check]:
     quick = getattr(args, "quick", False)
     n, d, w = (4096, 128, W_BIG) if quick else (N_BIG, D_BIG, W_BIG)
     small = n // 4
-    rounds = 2
+    rounds = 2 if quick else 4
     have_open_clip = _open_clip_loss_module() is not None
     if not have_open_clip:
         print("bench_ring: open_clip is not installed (pip install open_clip_torch --no-deps); its rows read n/a\n")

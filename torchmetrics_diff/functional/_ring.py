@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from torchmetrics_diff.distributed import all_gather_cat, gather_all_tensors
-from torchmetrics_diff.distributed._backend import Group, dtype_code
+from torchmetrics_diff.distributed._backend import Group, dtype_code, dtype_from_code
 from torchmetrics_diff.distributed._ring import Ring, circulate
 from torchmetrics_diff.functional._contrastive import (
     Scalar,
@@ -105,7 +105,7 @@ def _plan(group: Group, block: Tensor, tile: int, needs_grad: bool, extra: Seque
         peers = [p.tolist() for p in gather_all_tensors(meta, group, grad="none")]
     names = ["embedding width", "dtype", "whether the inputs require gradient", *(n for n, _ in extra)]
     for i, name in enumerate(names, start=1):
-        values = [p[i] for p in peers]
+        values = [dtype_from_code(p[i]) if name == "dtype" else p[i] for p in peers]
         if any(v != values[0] for v in values):
             listing = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
             raise RuntimeError(f"ring strategy: ranks disagree on {name} ({listing})")

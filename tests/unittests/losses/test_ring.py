@@ -195,6 +195,8 @@ def _failure_body(rank: int, world_size: int, what: str) -> tuple[str, str]:
     if what == "width":
         img = torch.randn(3, 4 + rank, dtype=F64)
         txt = torch.randn(3, 4 + rank, dtype=F64)
+    if what == "dtype":
+        img, txt = img.to(torch.float32 if rank else F64), txt.to(torch.float32 if rank else F64)
     try:
         CLIPLoss(strategy="ring", tile=2)(img, txt, 2.0)
     except Exception as err:  # every rank must get here
@@ -202,15 +204,16 @@ def _failure_body(rank: int, world_size: int, what: str) -> tuple[str, str]:
     return "ok", ""
 
 
-@pytest.mark.parametrize("what", ["shape", "width"])
+@pytest.mark.parametrize("what", ["shape", "width", "dtype"])
 def test_ring_bad_input_on_one_rank_raises_on_every_rank(what: str) -> None:
     out = run_distributed(_failure_body, 2, what, timeout=60.0)
     if what == "shape":
         assert out[1][0] == "ValueError" and "`text_embeds`" in out[1][1], out
         assert out[0][0] == "RuntimeError" and "rank 1" in out[0][1], out
     else:
+        needle = "embedding width" if what == "width" else "dtype (rank 0: torch.float64, rank 1: torch.float32)"
         for kind, message in out:
-            assert kind == "RuntimeError" and "embedding width" in message, out
+            assert kind == "RuntimeError" and needle in message, out
 
 
 # ----------------------------------------------------------------------------------- single process
