@@ -211,7 +211,7 @@ def global_clip_loss(
         strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/ring`).
         group: the process group.
         grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
-        tile: with ``"ring"``, candidate columns per logit tile (default 1024).
+        tile: with ``"ring"``, candidate columns per logit tile (default 512).
 
     Example:
         >>> import torch
@@ -296,7 +296,7 @@ def global_supcon_loss(
         strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/ring`).
         group: the process group.
         grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
-        tile: with ``"ring"``, candidate columns per logit tile (default 1024).
+        tile: with ``"ring"``, candidate columns per logit tile (default 512).
 
     Example:
         >>> import torch
