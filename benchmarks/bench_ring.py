@@ -134,6 +134,117 @@ def _time_worker(rank: int, world: int, configs: dict[str, tuple], d: int, tile:
     return times
 
 
+# ------------------------------------------------------------------------------------------ W = 4 exact
+EXACT_SIZES = (3, 0, 5, 2)  # uneven, one empty rank
+
+
+def _exact_inputs(n: int, d: int = 4) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(7)
+    f64 = torch.float64
+    return {
+        "a": torch.randn(n, d, generator=gen, dtype=f64),
+        "b": torch.randn(n, d, generator=gen, dtype=f64),
+        "labels": torch.randint(0, 3, (n,), generator=gen),
+        "scale": torch.tensor(3.0, dtype=f64),
+        "bias": torch.tensor(-1.0, dtype=f64),
+    }
+
+
+def _exact_loss(kind: str, x: dict[str, torch.Tensor], fn: dict[str, Callable]) -> torch.Tensor:
+    if kind == "clip":
+        return fn["clip"](x["a"], x["b"], x["scale"])
+    if kind == "siglip":
+        return fn["siglip"](x["a"], x["b"], x["scale"], x["bias"])
+    if kind == "infonce":
+        return fn["infonce"](x["a"], x["b"], x["scale"])
+    return fn["supcon"](x["a"], x["labels"], x["scale"])
+
+
+def _exact_worker(rank: int, world: int, sizes: tuple[int, ...]) -> dict:
+    """Every ring loss on ``world`` ranks (``grad_reduction="sum"``): each rank's input gradients, the scale's sum."""
+    from torchmetrics_diff.functional import _ring as ring
+
+    fn = {
+        "clip": lambda a, b, s: ring.ring_clip_loss(a, b, s, grad_reduction="sum", tile=2),
+        "siglip": lambda a, b, s, c: ring.ring_siglip_loss(a, b, s, c, grad_reduction="sum", tile=2),
+        "infonce": lambda a, b, t: ring.ring_info_nce_loss(a, b, t, grad_reduction="sum", tile=3),
+        "supcon": lambda a, y, t: ring.ring_supcon_loss(a, y, t, grad_reduction="sum", tile=2),
+    }
+    lo, hi = sum(sizes[:rank]), sum(sizes[: rank + 1])
+    out = {}
+    for kind in fn:
+        full = _exact_inputs(sum(sizes))
+        x = {k: (v[lo:hi] if v.ndim else v).clone() for k, v in full.items()}
+        for k in ("a", "b", "scale", "bias"):
+            x[k].requires_grad_()
+        value = _exact_loss(kind, x, fn)
+        value.backward()
+        grads = [
+            torch.zeros_like(x[k]) if x[k].grad is None else x[k].grad.clone() for k in ("a", "b", "scale", "bias")
+        ]
+        dist.all_reduce(grads[2])  # the summing trainer
+        dist.all_reduce(grads[3])
+        every: list[Any] = [None] * world
+        dist.all_gather_object(every, (float(value), [g.tolist() for g in grads]))  # plain lists leave the process
+        out[kind] = every
+    return out
+
+
+def _reference_losses() -> dict[str, Callable]:
+    """Plain single-process formulas over the full logit matrices (torch only, not this package)."""
+    import torch.nn.functional as F
+
+    def clip(a, b, s):
+        logits = s * a @ b.T
+        target = torch.arange(a.shape[0])
+        return (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+
+    def siglip(a, b, s, c):
+        z = 2 * torch.eye(a.shape[0], dtype=a.dtype) - 1
+        return -F.logsigmoid(z * (s * a @ b.T + c)).sum() / a.shape[0]
+
+    def infonce(a, b, t):
+        z = F.normalize(torch.cat([a, b]), dim=1)
+        n = a.shape[0]
+        logits = (z @ z.T / t).masked_fill(torch.eye(2 * n, dtype=torch.bool), -torch.inf)
+        return F.cross_entropy(logits, torch.cat([torch.arange(n, 2 * n), torch.arange(n)]))
+
+    def supcon(a, y, t):
+        z = F.normalize(a, dim=1)
+        eye = torch.eye(a.shape[0], dtype=torch.bool)
+        log_prob = torch.log_softmax((z @ z.T / t).masked_fill(eye, -torch.inf), dim=1)
+        pos = (y[:, None] == y[None, :]) & ~eye
+        has = pos.any(dim=1)
+        per = -(log_prob.masked_fill(~pos, 0.0)).sum(dim=1)[has] / pos.sum(dim=1)[has]
+        return per.mean()
+
+    return {"clip": clip, "siglip": siglip, "infonce": infonce, "supcon": supcon}
+
+
+def _exact_errors(per_kind: dict, sizes: tuple[int, ...]) -> dict[str, float]:
+    """Largest relative difference of value and gradients from the reference, per loss."""
+    errors = {}
+    for kind, every in per_kind.items():
+        full = _exact_inputs(sum(sizes))
+        for k in ("a", "b", "scale", "bias"):
+            full[k].requires_grad_()
+        value = _exact_loss(kind, full, _reference_losses())
+        value.backward()
+        value = float(value.detach())
+        ref_grads = {k: torch.zeros_like(full[k]) if full[k].grad is None else full[k].grad for k in ("a", "b")}
+        ref_grads.update({k: torch.zeros(()) if full[k].grad is None else full[k].grad for k in ("scale", "bias")})
+        worst = max(abs(v - value) for v, _ in every) / max(1.0, abs(value))
+        for rank, (_, grads) in enumerate(every):
+            lo, hi = sum(sizes[:rank]), sum(sizes[: rank + 1])
+            want = [ref_grads["a"][lo:hi], ref_grads["b"][lo:hi], ref_grads["scale"], ref_grads["bias"]]
+            for got, ref in zip(grads, want):
+                got = torch.tensor(got, dtype=torch.float64)
+                if ref.numel():
+                    worst = max(worst, float((got - ref).abs().max()) / max(1.0, float(ref.abs().max())))
+        errors[kind] = worst
+    return errors
+
+
 def _paired(times: dict[str, list[float]], a: str, b: str) -> float | None:
     if a not in times or b not in times:
         return None
@@ -186,6 +297,14 @@ def main(args: Any) -> list[Check]:
     if have_open_clip:
         configs[f"siglip-open_clip-{n}"] = ("siglip", "open_clip", n)
     times = run_spawned(_time_worker, w, configs, d, TILE, rounds, timeout=1200.0)
+    exact = _exact_errors(run_spawned(_exact_worker, len(EXACT_SIZES), EXACT_SIZES, timeout=300.0), EXACT_SIZES)
+    print(
+        table(
+            f"Ring exactness at W={len(EXACT_SIZES)}, rows {'/'.join(map(str, EXACT_SIZES))}, float64, tiles of 2-3",
+            ["loss", "max relative error of value and gradients vs plain torch on the full batch"],
+            [[k, f"{v:.1e}"] for k, v in exact.items()],
+        )
+    )
 
     def med(name: str) -> float | None:
         return statistics.median(times[name]) if name in times else None
@@ -252,6 +371,14 @@ def main(args: Any) -> list[Check]:
             1.5,
         ),
     ]
+    checks.append(
+        Check(
+            f"ring W={len(EXACT_SIZES)} (uneven, empty rank) float64: max relative error of value and gradients x 1e12",
+            max(exact.values()) * 1e12,
+            "<=",
+            1.0,
+        )
+    )
     oc = mem.get(("siglip", "open_clip", n, w))
     checks += [
         Check(
