@@ -4,7 +4,7 @@ Each ``global_*`` function takes the *local* rows and returns, on every rank, th
 global batch. Its gradient, after a trainer averages gradients over the ``W`` ranks (``grad_reduction="mean"``:
 DDP, FSDP, DeepSpeed) or sums them (``"sum"``), equals that of one process on the global batch.
 
-Two strategies:
+Three strategies (the third, ``"ring"``, lives in :mod:`._ring`):
 
 - ``"replicated"``: gather every rank's rows (``grad="local"``), every rank computes the whole (N, N) loss;
   the local slot's gradient is scaled by ``W`` under averaging. No communication in backward.
@@ -51,7 +51,7 @@ from torchmetrics_diff.functional._contrastive import (
 )
 from torchmetrics_diff.functional._fused import clip_sum
 
-STRATEGIES = ("replicated", "sharded")
+STRATEGIES = ("replicated", "sharded", "ring")
 GRAD_REDUCTIONS = ("mean", "sum")
 
 # block(local_views, all_views, row_start) -> (loss_sum, count) of the anchors in the local rows
@@ -148,6 +148,8 @@ def global_rows_loss(
     """
     with checked_together(group, views[0] if len(views) else None):
         _check_options(strategy, grad_reduction)
+        if strategy == "ring":
+            raise ValueError("`strategy` 'ring' needs a ring kernel (CLIP, InfoNCE, SupCon, SigLIP); not for a block")
     world = group_size(group)
     if world == 1:
         loss_sum, count = block(views, views, 0)
@@ -194,6 +196,7 @@ def global_clip_loss(
     strategy: str = "sharded",
     group: Group = None,
     grad_reduction: str = "mean",
+    tile: int | None = None,
 ) -> Tensor:
     """Symmetric CLIP loss of the global batch (every rank's rows), from this rank's rows.
 
@@ -207,9 +210,10 @@ def global_clip_loss(
         image_embeds: local image embeddings (B, D), used as given (normalize in the model).
         text_embeds: local text embeddings (B, D); row i pairs with image row i.
         logit_scale: the multiplier of the similarities (e.g. ``model.logit_scale.exp()``).
-        strategy: ``"replicated"`` or ``"sharded"``.
+        strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/ring`).
         group: the process group.
         grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
+        tile: with ``"ring"``, candidate columns per logit tile (default 512).
 
     Example:
         >>> import torch
@@ -220,6 +224,10 @@ def global_clip_loss(
         _check_views("image_embeds", image_embeds, "text_embeds", text_embeds)
         scale = _check_scalar("logit_scale", logit_scale)
         _check_options(strategy, grad_reduction)
+    if strategy == "ring":
+        from torchmetrics_diff.functional._ring import ring_clip_loss
+
+        return ring_clip_loss(image_embeds, text_embeds, scale, group=group, grad_reduction=grad_reduction, tile=tile)
     world = group_size(group)
     if strategy == "replicated" or world == 1:
         return global_rows_loss(
@@ -245,6 +253,7 @@ def global_info_nce_loss(
     strategy: str = "sharded",
     group: Group = None,
     grad_reduction: str = "mean",
+    tile: int | None = None,
 ) -> Tensor:
     """NT-Xent (SimCLR) loss of the global batch: 2N anchors, each against all other 2N - 1 embeddings.
 
@@ -257,6 +266,10 @@ def global_info_nce_loss(
     with checked_together(group, z1):
         _check_views("z1", z1, "z2", z2)
         _check_scalar("temperature", temperature, positive=True)
+    if strategy == "ring":
+        from torchmetrics_diff.functional._ring import ring_info_nce_loss
+
+        return ring_info_nce_loss(z1, z2, temperature, group=group, grad_reduction=grad_reduction, tile=tile)
     return global_rows_loss(
         [z1, z2],
         lambda loc, every, start: info_nce_block(*loc, *every, temperature, start),
@@ -274,6 +287,7 @@ def global_supcon_loss(
     strategy: str = "sharded",
     group: Group = None,
     grad_reduction: str = "mean",
+    tile: int | None = None,
 ) -> Tensor:
     """Supervised contrastive loss of the global batch; labels are gathered too (without gradient).
 
@@ -281,9 +295,10 @@ def global_supcon_loss(
         features: local features (B, D) or (B, V, D) with V views per sample.
         labels: local integer labels (B,); ``None``: every sample its own class.
         temperature: the divisor of the cosine similarities.
-        strategy: ``"replicated"`` or ``"sharded"``.
+        strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/ring`).
         group: the process group.
         grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
+        tile: with ``"ring"``, candidate columns per logit tile (default 512).
 
     Example:
         >>> import torch
@@ -296,6 +311,10 @@ def global_supcon_loss(
         _check_scalar("temperature", temperature, positive=True)
         if labels is not None:
             _check_labels("labels", labels, features.shape[0])
+    if strategy == "ring":
+        from torchmetrics_diff.functional._ring import ring_supcon_loss
+
+        return ring_supcon_loss(features, labels, temperature, group=group, grad_reduction=grad_reduction, tile=tile)
     labels_all = labels  # one process: the local labels (None: every sample its own class)
     if group_size(group) > 1:
         labels_all = _global_labels(features, labels, group)
@@ -333,6 +352,7 @@ def global_siglip_loss(
     strategy: str = "sharded",
     group: Group = None,
     grad_reduction: str = "mean",
+    tile: int | None = None,
 ) -> Tensor:
     """Pairwise sigmoid (SigLIP) loss of the global batch, normalized by the global row count.
 
@@ -345,6 +365,12 @@ def global_siglip_loss(
         _check_views("image_embeds", image_embeds, "text_embeds", text_embeds)
         _check_scalar("logit_scale", logit_scale)
         _check_scalar("logit_bias", logit_bias)
+    if strategy == "ring":
+        from torchmetrics_diff.functional._ring import ring_siglip_loss
+
+        return ring_siglip_loss(
+            image_embeds, text_embeds, logit_scale, logit_bias, group=group, grad_reduction=grad_reduction, tile=tile
+        )
     return global_rows_loss(
         [image_embeds, text_embeds],
         lambda loc, every, start: siglip_block(loc[0], every[1], logit_scale, logit_bias, start),

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_diff.functional._global import STRATEGIES, checked_together
+from torchmetrics_diff.functional._ring import check_tile
 from torchmetrics_diff.metric import Metric
 
 
@@ -47,7 +48,9 @@ class GlobalBatchLoss(Metric):
     recorded values over steps (and ranks).
 
     Args:
-        strategy: ``"replicated"`` or ``"sharded"`` (see :doc:`/guide/strategies`).
+        strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (see :doc:`/guide/strategies`, :doc:`/guide/ring`).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 512); it bounds the logits a rank
+            holds at a time to (B, tile).
         dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
             plain local loss.
         kwargs: the other :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``,
@@ -59,11 +62,15 @@ class GlobalBatchLoss(Metric):
     full_state_update = False
     _same_dtype: ClassVar[tuple[str, ...]] = ()  # the arguments that must share one floating dtype
 
-    def __init__(self, *, strategy: str = "sharded", dist_sync_on_step: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self, *, strategy: str = "sharded", tile: int | None = None, dist_sync_on_step: bool = True, **kwargs: Any
+    ) -> None:
         super().__init__(dist_sync_on_step=dist_sync_on_step, **kwargs)
         if strategy not in STRATEGIES:
             raise ValueError(f"`strategy` must be one of {STRATEGIES}; got {strategy!r}")
         self.strategy = strategy
+        check_tile(tile)
+        self.tile = tile
         self.add_state("loss_total", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("steps", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
@@ -71,7 +78,8 @@ class GlobalBatchLoss(Metric):
         raise NotImplementedError
 
     def _options(self) -> dict[str, Any]:
-        return {"strategy": self.strategy, "group": self.process_group, "grad_reduction": self.grad_reduction}
+        ring = {"tile": self.tile} if self.strategy == "ring" else {}
+        return {"strategy": self.strategy, "group": self.process_group, "grad_reduction": self.grad_reduction, **ring}
 
     def _record(self, value: Tensor) -> None:
         self.loss_total = self.loss_total + value.detach().to(self.loss_total.dtype)
