@@ -227,7 +227,9 @@ def global_clip_loss(
     if strategy == "ring":
         from torchmetrics_diff.functional._ring import ring_clip_loss
 
-        return ring_clip_loss(image_embeds, text_embeds, scale, group=group, grad_reduction=grad_reduction, tile=tile)
+        return outside_graph(ring_clip_loss)(
+            image_embeds, text_embeds, scale, group=group, grad_reduction=grad_reduction, tile=tile
+        )
     world = group_size(group)
     if strategy == "replicated" or world == 1:
         return global_rows_loss(
@@ -269,7 +271,9 @@ def global_info_nce_loss(
     if strategy == "ring":
         from torchmetrics_diff.functional._ring import ring_info_nce_loss
 
-        return ring_info_nce_loss(z1, z2, temperature, group=group, grad_reduction=grad_reduction, tile=tile)
+        return outside_graph(ring_info_nce_loss)(
+            z1, z2, temperature, group=group, grad_reduction=grad_reduction, tile=tile
+        )
     return global_rows_loss(
         [z1, z2],
         lambda loc, every, start: info_nce_block(*loc, *every, temperature, start),
@@ -314,7 +318,9 @@ def global_supcon_loss(
     if strategy == "ring":
         from torchmetrics_diff.functional._ring import ring_supcon_loss
 
-        return ring_supcon_loss(features, labels, temperature, group=group, grad_reduction=grad_reduction, tile=tile)
+        return outside_graph(ring_supcon_loss)(
+            features, labels, temperature, group=group, grad_reduction=grad_reduction, tile=tile
+        )
     labels_all = labels  # one process: the local labels (None: every sample its own class)
     if group_size(group) > 1:
         labels_all = _global_labels(features, labels, group)
@@ -368,7 +374,7 @@ def global_siglip_loss(
     if strategy == "ring":
         from torchmetrics_diff.functional._ring import ring_siglip_loss
 
-        return ring_siglip_loss(
+        return outside_graph(ring_siglip_loss)(
             image_embeds, text_embeds, logit_scale, logit_bias, group=group, grad_reduction=grad_reduction, tile=tile
         )
     return global_rows_loss(
