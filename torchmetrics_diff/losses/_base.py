@@ -49,7 +49,7 @@ class GlobalBatchLoss(Metric):
 
     Args:
         strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (see :doc:`/guide/strategies`, :doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 512); it bounds the logits a rank
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64); it bounds the logits a rank
             holds at a time to (B, tile).
         dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
             plain local loss.
