@@ -139,52 +139,36 @@ def _storages(states: dict[str, Any]) -> set[int]:
     return out
 
 
+def _map_tensors(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
+    """``value`` with ``fn`` applied to every tensor in it (through lists, tuples, named tuples and dicts)."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, list):
+        return [_map_tensors(fn, v) for v in value]
+    if isinstance(value, tuple):
+        items = (_map_tensors(fn, v) for v in value)
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        return {k: _map_tensors(fn, v) for k, v in value.items()}
+    return value
+
+
 def _unaliased(value: Any, states: dict[str, Any]) -> Any:
     """``value`` with every tensor that shares memory with a state replaced by a copy."""
     if compiling():  # storage addresses are not traceable: copy every tensor (compute values are small)
-        return _clone_tensors(value)
+        return _map_tensors(torch.Tensor.clone, value)
     taken = _storages(states)
     if not taken:
         return value
 
-    def fix(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            alias = v.device.type != "meta" and v.untyped_storage().data_ptr() in taken
-            return v.clone() if alias else v
-        if isinstance(v, list):
-            return [fix(x) for x in v]
-        if isinstance(v, tuple):
-            return type(v)(*map(fix, v)) if hasattr(v, "_fields") else tuple(map(fix, v))
-        if isinstance(v, dict):
-            return {k: fix(x) for k, x in v.items()}
-        return v
+    def copy_if_alias(t: torch.Tensor) -> torch.Tensor:
+        return t.clone() if t.device.type != "meta" and t.untyped_storage().data_ptr() in taken else t
 
-    return fix(value)
-
-
-def _clone_tensors(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, list):
-        return [_clone_tensors(v) for v in value]
-    if isinstance(value, tuple):
-        items = map(_clone_tensors, value)
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    if isinstance(value, dict):
-        return {k: _clone_tensors(v) for k, v in value.items()}
-    return value
+    return _map_tensors(copy_if_alias, value)
 
 
 def _detach(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    if isinstance(value, list):
-        return [_detach(v) for v in value]
-    if isinstance(value, tuple):
-        return type(value)(*(_detach(v) for v in value)) if hasattr(value, "_fields") else tuple(map(_detach, value))
-    if isinstance(value, dict):
-        return {k: _detach(v) for k, v in value.items()}
-    return value
+    return _map_tensors(torch.Tensor.detach, value)
 
 
 class Metric(nn.Module):

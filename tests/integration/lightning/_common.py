@@ -39,6 +39,20 @@ def initial_weights() -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
+def towers() -> tuple[torch.nn.Linear, torch.nn.Linear]:
+    """The image and text towers of both runs: bias-free float64 ``Linear`` layers with :func:`initial_weights`."""
+    img, txt = (torch.nn.Linear(DIM, OUT, bias=False, dtype=torch.float64) for _ in range(2))
+    with torch.no_grad():
+        for layer, weight in zip((img, txt), initial_weights()):
+            layer.weight.copy_(weight)
+    return img, txt
+
+
+def weight_norm(img: torch.nn.Linear, txt: torch.nn.Linear) -> float:
+    """The norm of both towers' weights together (what the runs report after training)."""
+    return float((img.weight.detach() ** 2).sum() + (txt.weight.detach() ** 2).sum()) ** 0.5
+
+
 def reference_clip(img_emb: torch.Tensor, txt_emb: torch.Tensor) -> torch.Tensor:
     """CLIP loss written from its definition: mean of both cross-entropies over the full (N, N) logits."""
     logits = LOGIT_SCALE * img_emb @ txt_emb.T

@@ -28,12 +28,7 @@ from torchmetrics_diff.losses import CLIPLoss
 class TwoTower(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        w_img, w_txt = C.initial_weights()
-        self.img = torch.nn.Linear(C.DIM, C.OUT, bias=False, dtype=torch.float64)
-        self.txt = torch.nn.Linear(C.DIM, C.OUT, bias=False, dtype=torch.float64)
-        with torch.no_grad():
-            self.img.weight.copy_(w_img)
-            self.txt.weight.copy_(w_txt)
+        self.img, self.txt = C.towers()
 
     def forward(self, img: torch.Tensor, txt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return F.normalize(self.img(img), dim=1), F.normalize(self.txt(txt), dim=1)
@@ -70,7 +65,7 @@ def main() -> None:
         log_epoch(fabric, stats.clone(postfix="_epoch"), step=step - 1)
         stats.reset()
     if fabric.global_rank == 0:
-        norm = float((model.img.weight.detach() ** 2).sum() + (model.txt.weight.detach() ** 2).sum()) ** 0.5
+        norm = C.weight_norm(model.img, model.txt)
         (out / "final.json").write_text(json.dumps({"final_weight_norm": norm, "world": fabric.world_size}))
     for logger in fabric.loggers:
         logger.finalize("success")

@@ -43,12 +43,7 @@ class Steps(Dataset):
 class TwoTower(L.LightningModule):
     def __init__(self) -> None:
         super().__init__()
-        w_img, w_txt = C.initial_weights()
-        self.img = torch.nn.Linear(C.DIM, C.OUT, bias=False, dtype=torch.float64)
-        self.txt = torch.nn.Linear(C.DIM, C.OUT, bias=False, dtype=torch.float64)
-        with torch.no_grad():
-            self.img.weight.copy_(w_img)
-            self.txt.weight.copy_(w_txt)
+        self.img, self.txt = C.towers()
         self.loss_fn = CLIPLoss()
         self.mean = MeanMetric(dist_sync_on_step=True)
         self.stats = MetricCollection(
@@ -97,7 +92,7 @@ def main() -> None:
     )
     trainer.fit(module)
     if trainer.global_rank == 0:
-        norm = float((module.img.weight.detach() ** 2).sum() + (module.txt.weight.detach() ** 2).sum()) ** 0.5
+        norm = C.weight_norm(module.img, module.txt)
         final = {"final_weight_norm": norm, "resets": module.resets, "world": trainer.world_size}
         (out / "final.json").write_text(json.dumps(final))
 
