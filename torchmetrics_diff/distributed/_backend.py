@@ -15,6 +15,9 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
+from torchmetrics_diff.distributed._failure import CollectiveError
+from torchmetrics_diff.distributed._reductions import wire_view
+
 Group = Optional[Any]  # a ``ProcessGroup`` or ``None`` for the default (WORLD) group
 
 # torch 2.13 renamed the flat-buffer collectives; older releases only have the first spelling.
@@ -132,10 +135,6 @@ def group_rank(group: Group = None) -> int:
     return rank
 
 
-class CollectiveError(RuntimeError):
-    """A collective itself failed: a timeout, a peer that died, a backend error (not a check of ours)."""
-
-
 # How long the caller of a collective on CPU tensors polls for its completion, yielding the CPU between polls,
 # before it blocks in ``Work.wait()``. A blocked thread is put to sleep and woken when the backend's thread
 # finishes; on a busy or virtualised machine that sleep/wake costs tens to hundreds of microseconds, which is as
@@ -163,7 +162,7 @@ def _wait(work: Any, tensor: torch.Tensor) -> None:
 def all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:
     """``out[i * n:(i + 1) * n] = inp`` of rank ``i``, for 1-D ``inp`` of ``n`` elements on every rank."""
     if inp.dtype == torch.bool:  # not every backend reduces or gathers bool; bytes always travel
-        out, inp = out.view(torch.uint8), inp.view(torch.uint8)
+        out, inp = wire_view(out), wire_view(inp)
     try:
         _wait(_all_gather_flat(out, inp, group=group, async_op=True), inp)
     except RuntimeError as err:
