@@ -126,7 +126,7 @@ def _sync_across(
         and (device or _first_device(states)) == steady.device
     ):
         enabled = _grad_enabled()
-        if enabled:  # torch.no_grad() without its Python layers (microseconds right after a collective)
+        if enabled:  # torch.no_grad() without its Python layers (they are slow right after a collective)
             _set_grad_enabled(False)
         try:
             done = _steady_sync(steady, states, reductions, group, plan, rank, world, owner)
