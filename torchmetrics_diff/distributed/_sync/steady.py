@@ -27,6 +27,7 @@ import torch
 
 from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, dtype_from_code
+from torchmetrics_diff.distributed._reductions import as_rows, reduce_rows
 from torchmetrics_diff.distributed._sync.plan import UNKNOWN_DTYPE, SyncPlan
 from torchmetrics_diff.distributed._sync.rows import HEADER, buffer_pair, layout, oversized
 
@@ -241,7 +242,7 @@ class SteadyPath:
             self.reorder = tuple(produced) != self.names  # results come out bucket by bucket, group by group
         result: dict[str, Any] = {}
         for bucket in self.buckets:
-            reduced = _reductions.reduce_rows(bucket.kind, bucket.recv)
+            reduced = reduce_rows(bucket.kind, bucket.recv)
             if bucket.scalars:
                 result.update(zip(bucket.names, reduced.unbind(0)))
             else:
@@ -332,7 +333,7 @@ def _rows_into(value: Any, cat: _CatView, dests: list, sources: list) -> int:
         value = value[0]
     if not isinstance(value, torch.Tensor) or value.dtype is not cat.dtype:
         return -1
-    value = _reductions.as_rows(value)
+    value = as_rows(value)
     n = value.shape[0]
     if n > cat.capacity or value.shape[1:] != cat.dims:
         return -1
