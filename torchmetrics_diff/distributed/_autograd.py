@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, all_reduce_, reduce_scatter_flat
 
 
@@ -51,10 +52,10 @@ class _AllReduce(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.op, ctx.group, ctx.world, ctx.mode = op, group, world, mode
         out = x.detach().clone(memory_format=torch.contiguous_format)
-        all_reduce_(out, "sum" if op == "mean" else op, group)
-        if op == "mean":
+        all_reduce_(out, _reductions.all_reduce_op(op), group)
+        if _reductions.averages(op):
             out /= world
-        if count_ties and op in ("min", "max"):
+        if count_ties and _reductions.selects(op):
             holder = x.detach() == out
             count = holder.to(x.dtype)
             all_reduce_(count, "sum", group)
@@ -66,9 +67,9 @@ class _AllReduce(torch.autograd.Function):
         if ctx.mode == "sync":
             grad = grad.clone(memory_format=torch.contiguous_format)
             all_reduce_(grad, "sum", ctx.group)
-        if ctx.op == "mean":
+        if _reductions.averages(ctx.op):
             grad = grad / ctx.world
-        elif ctx.op in ("min", "max"):
+        elif _reductions.selects(ctx.op):
             holder, count = ctx.saved_tensors
             grad = torch.where(holder, grad / count.clamp_min(1), torch.zeros_like(grad))
         return grad, None, None, None, None, None

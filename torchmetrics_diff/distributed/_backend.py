@@ -15,6 +15,9 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
+from torchmetrics_diff.distributed._failure import CollectiveError
+from torchmetrics_diff.distributed._reductions import wire_view
+
 Group = Optional[Any]  # a ``ProcessGroup`` or ``None`` for the default (WORLD) group
 
 # torch 2.13 renamed the flat-buffer collectives; older releases only have the first spelling.
@@ -24,7 +27,7 @@ _reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or getattr(d
 _REDUCE_OPS = {"sum": "SUM", "min": "MIN", "max": "MAX"}
 
 # Switching autograd off and on for one sync. ``torch.no_grad()`` does the same through several Python layers,
-# which cost microseconds each right after a collective (docs/guide/sync_engine.rst, "Waiting"); the C toggle it
+# which are slow right after a collective (docs/guide/sync_engine.rst, "Waiting"); the C toggle it
 # ends in has been there since torch 1.0, and the public function is the fallback.
 _grad_enabled = torch.is_grad_enabled
 _set_grad_enabled = getattr(torch._C, "_set_grad_enabled", None) or torch.set_grad_enabled
@@ -71,9 +74,9 @@ def _default_group() -> Any:
 
 
 # (weak reference to the group, size, this process's rank) by id of the group object. A group's size and this
-# process's rank in it never change, and every sync asks for both: asking torch.distributed each time costs
-# several microseconds right after a collective (its Python is then out of the CPU's caches). The weak reference
-# tells a live group from a new one that reuses a destroyed group's id.
+# process's rank in it never change, and every sync asks for both: asking torch.distributed each time is slow
+# right after a collective (its Python is then out of the CPU's caches). The weak reference tells a live group
+# from a new one that reuses a destroyed group's id.
 _SHAPES: dict[int, tuple[Any, int, int]] = {}
 
 
@@ -132,15 +135,11 @@ def group_rank(group: Group = None) -> int:
     return rank
 
 
-class CollectiveError(RuntimeError):
-    """A collective itself failed: a timeout, a peer that died, a backend error (not a check of ours)."""
-
-
 # How long the caller of a collective on CPU tensors polls for its completion, yielding the CPU between polls,
 # before it blocks in ``Work.wait()``. A blocked thread is put to sleep and woken when the backend's thread
-# finishes; on a busy or virtualised machine that sleep/wake costs tens to hundreds of microseconds, which is as
-# much as a small collective itself (docs/guide/sync_engine.rst, "Waiting"). Polling is bounded, so a rank that
-# waits for a slow peer stops using the CPU after this long.
+# finishes; on a busy or virtualised machine that sleep/wake can cost as much as a small collective itself
+# (docs/guide/sync_engine.rst, "Waiting"). Polling is bounded, so a rank that waits for a slow peer stops using
+# the CPU after this long.
 _POLL_S = 0.002
 _yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
 
@@ -163,7 +162,7 @@ def _wait(work: Any, tensor: torch.Tensor) -> None:
 def all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:
     """``out[i * n:(i + 1) * n] = inp`` of rank ``i``, for 1-D ``inp`` of ``n`` elements on every rank."""
     if inp.dtype == torch.bool:  # not every backend reduces or gathers bool; bytes always travel
-        out, inp = out.view(torch.uint8), inp.view(torch.uint8)
+        out, inp = wire_view(out), wire_view(inp)
     try:
         _wait(_all_gather_flat(out, inp, group=group, async_op=True), inp)
     except RuntimeError as err:

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._autograd import _AllGatherFlat, _AllReduce
 from torchmetrics_diff.distributed._backend import (
     Group,
@@ -25,9 +26,10 @@ from torchmetrics_diff.distributed._backend import (
     group_size,
 )
 from torchmetrics_diff.distributed._compile import outside_graph
+from torchmetrics_diff.distributed._failure import FAILED, fail_on_every_rank, failed_ranks, peers_failed
 
 GRAD_MODES = ("none", "local", "sync")
-REDUCE_OPS = ("sum", "mean", "min", "max")
+REDUCE_OPS = _reductions.ELEMENTWISE
 _MAX_NDIM = 16
 _FIXED = 5  # ndim, dtype, requires_grad, op, grad mode
 
@@ -43,7 +45,6 @@ class _Peer(NamedTuple):
     shape: tuple[int, ...]
 
 
-_FAILED = -2  # ndim code of a rank that hit an error before the collective
 _NO_OP = object()  # the `op` of a gather (``None`` is a user's bad op for all_reduce)
 
 
@@ -107,7 +108,7 @@ def _exchange_metadata(
         )
         header[_FIXED : _FIXED + tensor.ndim] = torch.tensor(tensor.shape, dtype=torch.int64)
     else:
-        header[0] = _FAILED
+        header[0] = FAILED  # in the ndim field, which is never negative otherwise
     header = header.to(device)
     out = header.new_empty(world * header.numel())
     all_gather_flat(out, header, group)
@@ -115,9 +116,9 @@ def _exchange_metadata(
         raise problem
     rows = out.view(world, -1).tolist()
     labels = _rank_labels(group, world)
-    failed = [labels[r] for r, row in enumerate(rows) if row[0] == _FAILED]
+    failed = failed_ranks([row[0] for row in rows])
     if failed:
-        raise RuntimeError(f"{fn}: {', '.join(failed)} raised an error before this collective; see its message")
+        raise peers_failed(fn, [labels[r] for r in failed], sync=False)
     peers = [
         _Peer(row[0], dtype_from_code(row[1]), bool(row[2]), row[3], row[4], tuple(row[_FIXED : _FIXED + row[0]]))
         for row in rows
@@ -149,10 +150,12 @@ def fail_together(error: Exception, group: Group = None, device: torch.device | 
     ``device``: where the peers' buffers live (default: the backend's, the current GPU for NCCL).
     """
     world = group_size(group)
-    if world == 1:
-        raise error
-    marker = torch.empty(0, device=device) if device is not None else None
-    _exchange_metadata("fail_together", marker, group, world, "none", problem=error)
+
+    def join() -> None:
+        marker = torch.empty(0, device=device) if device is not None else None
+        _exchange_metadata("fail_together", marker, group, world, "none", problem=error)
+
+    fail_on_every_rank(error, world, join)
 
 
 def _gather_slots(tensor: torch.Tensor, peers: list[_Peer], group: Group, rank: int, grad: str) -> list[torch.Tensor]:
@@ -250,8 +253,8 @@ def all_gather_cat(tensor: torch.Tensor, group: Group = None, *, grad: str = "lo
     """
     world, rank = group_size(group), group_rank(group)
     problem = _local_problem("all_gather_cat", tensor, grad, _NO_OP)
-    if problem is None and tensor.ndim == 0:
-        tensor = tensor.reshape(1)
+    if problem is None:
+        tensor = _reductions.as_rows(tensor)
     if world == 1:
         if problem is not None:
             raise problem
@@ -269,11 +272,12 @@ def _cat_across(
 
 
 def _check_op_dtype(op: str, dtype: torch.dtype) -> None:
-    if op in ("min", "max") and dtype.is_complex:
+    conflict = _reductions.dtype_conflict(op, dtype)
+    if conflict == _reductions.NO_COMPLEX_ORDER:
         raise ValueError(f"all_reduce: op={op!r} is not defined for complex `tensor` (dtype {dtype})")
-    if op == "mean" and not (dtype.is_floating_point or dtype.is_complex):
+    if conflict == _reductions.MEAN_NEEDS_FLOAT:
         raise ValueError(f"all_reduce: op='mean' needs a floating-point `tensor`; got dtype {dtype}")
-    if op in ("sum", "mean") and dtype == torch.bool:
+    if conflict == _reductions.NO_BOOL_SUM:
         raise ValueError(f"all_reduce: op={op!r} is not defined for bool `tensor`; use 'max' (any) or 'min' (all)")
 
 
@@ -323,5 +327,5 @@ def _reduce_across(
     if wants and grad != "none" and (tensor.is_floating_point() or tensor.is_complex()):
         return _AllReduce.apply(tensor if _wants_grad(tensor, grad) else tensor.detach(), op, group, world, grad, True)
     with torch.no_grad():
-        source = tensor.view(torch.uint8) if tensor.dtype == torch.bool else tensor
+        source = _reductions.wire_view(tensor)
         return _AllReduce.apply(source.detach(), op, group, world, grad, False).view(tensor.dtype)

@@ -4,7 +4,7 @@ Three tools, used by the collectives, the sync engine, the metric lifecycle and 
 (docs/guide/compile.rst has the whole picture):
 
 - :func:`compiling`: ``True`` while Dynamo traces (a constant in the traced code, so a branch on it costs
-  nothing in the graph) and ``False`` in eager mode (about 0.1 µs).
+  nothing in the graph) and ``False`` in eager mode (one cheap call).
 - :func:`outside_graph`: the wrapped function runs eagerly, as one graph break, when a compiled region calls it,
   and is an ordinary call in eager mode. For the collectives that need a host round trip: the metadata
   exchange of a gather of uneven shapes (peers' sizes become this rank's shapes) and the sync engine (whose
@@ -34,9 +34,9 @@ compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", lambda: 
 def outside_graph(fn: F) -> F:
     """``fn`` itself in eager mode; called from a compiled region, ``fn`` runs eagerly behind one graph break.
 
-    The disabled version of ``fn`` (``torch.compiler.disable``) is made on each compiled call (~4 µs): at import it
+    The disabled version of ``fn`` (``torch.compiler.disable``) is made on each compiled call: at import it
     would import Dynamo with the package (seconds). And ``torch.compiler.disable`` alone would cost its frame
-    switch (a few µs) on every eager call; the :func:`compiling` branch keeps the eager path a plain call.
+    switch on every eager call; the :func:`compiling` branch keeps the eager path a plain call.
 
     Example:
         >>> import torch

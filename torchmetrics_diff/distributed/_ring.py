@@ -1,4 +1,5 @@
-"""Neighbour exchange around the ranks of a group, and the ring schedule the ring losses run on (DESIGN §5).
+"""Neighbour exchange around the ranks of a group, and the ring schedule the ring losses run on
+(:ref:`architecture-strategies`).
 
 A :class:`Ring` sends to group rank ``r + 1`` and receives from ``r - 1`` with asynchronous point-to-point
 operations, so a transfer overlaps whatever the caller computes before it waits. :func:`circulate` walks every

@@ -1,4 +1,4 @@
-"""The sync engine's steady path (``distributed/_steady.py``): a sync that matches the agreed plan runs through
+"""The sync engine's steady path (``distributed/_sync/steady.py``): a sync that matches the agreed plan runs through
 views prepared once, and must give exactly what the general engine gives, interoperate with it within one sync
 (one rank steady, another not), and hand over to it whenever a rank's states stop matching the plan.
 
@@ -20,8 +20,8 @@ import torch
 
 from tests.unittests._harness import run_distributed
 from tests.unittests.metric._helpers import Checks, record_collectives
-from torchmetrics_diff.distributed import _steady
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync, sync_states
+from torchmetrics_diff.distributed._sync import steady as _steady
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,15 +19,10 @@ from tests.unittests.metric._helpers import tensor_devices
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
-from torchmetrics_diff.distributed import (
-    _collectives,
-    _rows,
-    _steady,
-    _sync,
-    all_gather_cat,
-    all_reduce,
-    gather_all_tensors,
-)
+from torchmetrics_diff.distributed import _collectives, all_gather_cat, all_reduce, gather_all_tensors
+from torchmetrics_diff.distributed._sync import engine as _sync
+from torchmetrics_diff.distributed._sync import rows as _rows
+from torchmetrics_diff.distributed._sync import steady as _steady
 from torchmetrics_diff.distributed._sync import sync_states
 from torchmetrics_diff.functional import _global
 from torchmetrics_diff.losses import CLIPLoss, GlobalMeanLoss, InfoNCELoss

@@ -1,6 +1,6 @@
 """The steady-state sync: round A written into, and read from, views prepared once per plan.
 
-Once ranks have agreed on a :class:`~torchmetrics_diff.distributed._sync.SyncPlan`, most syncs look exactly like
+Once ranks have agreed on a :class:`~torchmetrics_diff.distributed._sync.plan.SyncPlan`, most syncs look exactly like
 the previous one: the same states with the same dtypes and shapes, cat states within their capacity. For those the
 general engine's work (describing every state, hashing the description, cutting and padding pieces, building the
 row with a concatenation) is the same every time. A :class:`SteadyPath` does it once: it keeps typed views of
@@ -25,8 +25,11 @@ from typing import Any
 
 import torch
 
+from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, dtype_from_code
-from torchmetrics_diff.distributed._rows import HEADER, _buffer_pair, _layout, _oversized, _reduce_rows
+from torchmetrics_diff.distributed._reductions import as_rows, reduce_rows
+from torchmetrics_diff.distributed._sync.plan import UNKNOWN_DTYPE, SyncPlan
+from torchmetrics_diff.distributed._sync.rows import HEADER, buffer_pair, layout, oversized
 
 _SLOT = "a"  # round A's buffers: the steady path is a round A
 
@@ -68,7 +71,7 @@ class SteadyPath:
 
     def __init__(
         self,
-        plan: Any,
+        plan: SyncPlan,
         names: tuple[str, ...],
         fns: tuple,
         buckets: list[_BucketView],
@@ -82,7 +85,7 @@ class SteadyPath:
         self.buckets, self.cats = buckets, cats
         self.row_bytes = plan.row_bytes
         self.head_bytes = HEADER + 8 * len(cats)
-        self.slots, _ = _layout(self.head_bytes, plan.caps(), plan.row_bytes)
+        self.slots, _ = layout(self.head_bytes, plan.caps(), plan.row_bytes)
         self.piece_names = plan.pieces()
         self._base: torch.Tensor | None = None  # the buffer the views below look into
         self._cut: tuple = ((), [], {})  # (every rank's header, how to cut cat states, rows if shrinking)
@@ -95,7 +98,7 @@ class SteadyPath:
     @classmethod
     def build(
         cls,
-        plan: Any,
+        plan: SyncPlan,
         states: dict[str, Any],
         reductions: dict[str, Any],
         world: int,
@@ -104,7 +107,7 @@ class SteadyPath:
     ) -> SteadyPath | None:
         """The plan's steady path, or ``None`` when the plan has parts it cannot do (the general engine does)."""
         names = tuple(states)
-        if plan.reduced or names != tuple(s[0] for s in plan.signature):
+        if plan.reduced or names != tuple(s.name for s in plan.signature):
             return None
         index = {name: i for i, name in enumerate(names)}
         buckets = [
@@ -112,13 +115,17 @@ class SteadyPath:
             for b in plan.buckets
         ]
         cats = []
-        for name, kind, code, dims, *_ in plan.signature:
-            if kind == "cat":
-                if code == -1 or reductions[name] not in ("cat", None):
+        for s in plan.signature:
+            if _reductions.is_cat(s.kind):
+                # the steady path returns the concatenation itself; other reductions of it are the general engine's
+                if s.dtype == UNKNOWN_DTYPE or not (
+                    reductions[s.name] is None or _reductions.is_cat(reductions[s.name])
+                ):
                     return None
-                dtype = dtype_from_code(code)
-                cats.append(_CatView(index[name], name, dtype, torch.Size(dims), plan.capacity[name]))
-            elif kind not in ("sum", "mean", "min", "max"):
+                cats.append(
+                    _CatView(index[s.name], s.name, dtype_from_code(s.dtype), torch.Size(s.dims), plan.capacity[s.name])
+                )
+            elif not _reductions.is_elementwise(s.kind):
                 return None
         fns = tuple(reductions[n] for n in names)
         return cls(plan, names, fns, buckets, cats, world, rank, device)
@@ -126,7 +133,7 @@ class SteadyPath:
     # ------------------------------------------------------------------------------------------------ views
     def _views(self) -> None:
         """(Re)make the typed views when the shared buffers were replaced (or on first use)."""
-        row, table = _buffer_pair(self.device, self.row_bytes, self.world, _SLOT)
+        row, table = buffer_pair(self.device, self.row_bytes, self.world, _SLOT)
         if row is not self._base:
             self._base, self._cut, self._memo = row, ((), [], {}), None
             grid = table[: self.world * self.row_bytes].view(self.world, self.row_bytes)
@@ -235,7 +242,7 @@ class SteadyPath:
             self.reorder = tuple(produced) != self.names  # results come out bucket by bucket, group by group
         result: dict[str, Any] = {}
         for bucket in self.buckets:
-            reduced = _reduce_rows(bucket.kind, bucket.recv)
+            reduced = reduce_rows(bucket.kind, bucket.recv)
             if bucket.scalars:
                 result.update(zip(bucket.names, reduced.unbind(0)))
             else:
@@ -256,7 +263,7 @@ class SteadyPath:
         rows = {cat.name: [h[2 + j] for h in heads] for j, cat in enumerate(self.cats)}
         if any(max(rows[cat.name]) > cat.capacity for cat in self.cats):
             return None
-        shrink = any(_oversized(cat.capacity, max(rows[cat.name])) for cat in self.cats)
+        shrink = any(oversized(cat.capacity, max(rows[cat.name])) for cat in self.cats)
         by_kind: dict[tuple, list[_CatView]] = {}
         for cat in self.cats:
             by_kind.setdefault((cat.dtype, cat.dims), []).append(cat)
@@ -326,8 +333,7 @@ def _rows_into(value: Any, cat: _CatView, dests: list, sources: list) -> int:
         value = value[0]
     if not isinstance(value, torch.Tensor) or value.dtype is not cat.dtype:
         return -1
-    if value.ndim == 0:
-        value = value.reshape(1)
+    value = as_rows(value)
     n = value.shape[0]
     if n > cat.capacity or value.shape[1:] != cat.dims:
         return -1

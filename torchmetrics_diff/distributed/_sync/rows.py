@@ -14,30 +14,29 @@ import torch
 
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat
 
-HEADER = 16  # bytes: int64 signature hash, int64 metadata length (-1: not sent)
-FAILED = -1  # the signature hash of a rank that raised before syncing
+HEADER = 16  # bytes: int64 signature hash (or the failure marker), int64 metadata length (-1: not sent)
 
 
-def _align(n: int) -> int:
+def align(n: int) -> int:
     """Pieces start at multiples of 16 bytes: every dtype (complex128 included) can be viewed in place."""
     return (n + 15) // 16 * 16
 
 
-def _oversized(capacity: int, rows: int) -> bool:
+def oversized(capacity: int, rows: int) -> bool:
     """Whether a cat state's capacity in the row is far larger than the most rows any rank sent: shrink it."""
     return capacity > 4 * rows + 64
 
 
-def _layout(header_bytes: int, caps: list[int], min_row: int = 0) -> tuple[list[tuple[int, int]], int]:
+def layout(header_bytes: int, caps: list[int], min_row: int = 0) -> tuple[list[tuple[int, int]], int]:
     """Where each piece of ``caps[i]`` bytes starts after a ``header_bytes`` header, and the row's size.
 
     The one place of the layout rule, shared by every writer and reader of a row: returns ``[(offset, cap)]``
     and the row size (at least ``min_row`` and 16: never a zero-byte collective).
     """
-    offset, slots = _align(header_bytes), []
+    offset, slots = align(header_bytes), []
     for cap in caps:
         slots.append((offset, cap))
-        offset += _align(cap)
+        offset += align(cap)
     return slots, max(offset, min_row, 16)
 
 
@@ -99,10 +98,10 @@ class _RowJob:
 _BUFFERS: dict[tuple[torch.device, str], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _buffer_pair(device: torch.device, row_bytes: int, world: int, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
+def buffer_pair(device: torch.device, row_bytes: int, world: int, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole cached (send, receive) buffers of ``slot``, grown to hold a row of ``row_bytes`` if needed.
 
-    The same objects come back until a larger row grows them, so views of them can be kept (see ``_steady``).
+    The same objects come back until a larger row grows them, so views of them can be kept (see ``steady``).
     """
     row, table = _BUFFERS.get((device, slot), (None, None))
     if row is None or row.numel() < row_bytes or table.numel() < world * row_bytes:
@@ -113,7 +112,7 @@ def _buffer_pair(device: torch.device, row_bytes: int, world: int, slot: str) ->
 
 
 def _buffers(device: torch.device, row_bytes: int, world: int, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
-    row, table = _buffer_pair(device, row_bytes, world, slot)
+    row, table = buffer_pair(device, row_bytes, world, slot)
     return row[:row_bytes], table[: world * row_bytes]
 
 
@@ -136,7 +135,7 @@ class _GatherRows(torch.autograd.Function):
         return (None, None, *local)
 
 
-def _gather_rows(
+def gather_rows(
     header: torch.Tensor,
     tensors: list[torch.Tensor],
     caps: list[int],
@@ -151,21 +150,10 @@ def _gather_rows(
     Returns the gathered ``(W, row_bytes)`` byte table and, per tensor, a ``(W, caps[i] / itemsize)`` view of
     every rank's copy. Autograd is involved only when a tensor requires gradient.
     """
-    slots, row_bytes = _layout(header.numel(), caps, min_row)
+    slots, row_bytes = layout(header.numel(), caps, min_row)
     job = _RowJob(group, rank, world, row_bytes, slots, slot)
     if any(t.requires_grad for t in tensors):
         outs = _GatherRows.apply(job, header, *tensors)
     else:
         outs = job.run(header, tuple(tensors))
     return job.table, list(outs)
-
-
-def _reduce_rows(kind: str, rows: torch.Tensor) -> torch.Tensor:
-    """Reduce the ``(W, n)`` gathered rows locally; the same bits on every rank."""
-    if rows.dtype == torch.bool:
-        return rows.all(0) if kind == "min" else rows.any(0)
-    if kind == "sum":
-        return rows.sum(0, dtype=rows.dtype)
-    if kind == "mean":
-        return rows.mean(0) if rows.is_floating_point() or rows.is_complex() else rows.sum(0) / rows.shape[0]
-    return rows.amax(0) if kind == "max" else rows.amin(0)
