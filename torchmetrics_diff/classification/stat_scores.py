@@ -2,9 +2,8 @@
 
 Every state is an ``int64`` count (``tp``, ``fp``, ``tn``, ``fn`` per class or label, or the confusion
 matrix), reduced with ``sum``: a :class:`~torchmetrics_diff.MetricCollection` of these metrics packs all of
-them into one buffer and syncs in one collective
-(:ref:`architecture-sync-engine`). They are not differentiable (thresholds and argmax), so
-``dist_sync_on_step`` gives the global-batch value without a graph.
+them into one buffer and syncs in one collective (:ref:`architecture-sync-engine`). They are not differentiable
+(thresholds and argmax), so ``dist_sync_on_step`` gives the global-batch value without a graph.
 """
 
 from __future__ import annotations
@@ -55,8 +54,8 @@ def _doc(summary: str, example: str, zero_division: bool = True) -> str:
 
 
 class _TaskCounts(Metric):
-    """Holds the task arguments and adds each batch's ``int64`` counts (from a functional counter taking them in
-    one order) to ``sum`` states."""
+    """The task arguments of the classification count metrics (validated once), and a batch's counts from a
+    functional counter that takes them in one order."""
 
     is_differentiable = False
     full_state_update = False

@@ -45,7 +45,7 @@ class _SumStatsMetric(Metric):
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
         """Add a batch's sums."""
-        for name, value in zip(self._sum_states, type(self)._stats(preds, target, self.num_outputs)):
+        for name, value in zip(self._sum_states, self._stats(preds, target, self.num_outputs)):
             setattr(self, name, getattr(self, name) + value)
 
 
@@ -75,7 +75,7 @@ class MeanSquaredError(_SumStatsMetric):
     """
 
     higher_is_better = False
-    _stats = mean_squared_error_stats
+    _stats = staticmethod(mean_squared_error_stats)
     _sum_states = ("sum_squared_error", "total")
 
     def __init__(self, squared: bool = True, num_outputs: int = 1, **kwargs: Any) -> None:
@@ -109,7 +109,7 @@ class MeanAbsoluteError(_SumStatsMetric):
     """
 
     higher_is_better = False
-    _stats = mean_absolute_error_stats
+    _stats = staticmethod(mean_absolute_error_stats)
     _sum_states = ("sum_abs_error", "total")
 
     def __init__(self, num_outputs: int = 1, **kwargs: Any) -> None:
@@ -151,7 +151,7 @@ class R2Score(_SumStatsMetric):
     """
 
     higher_is_better = True
-    _stats = r2_score_stats
+    _stats = staticmethod(r2_score_stats)
     _sum_states = ("sum_squared_obs", "sum_obs", "residual", "total")
 
     def __init__(
