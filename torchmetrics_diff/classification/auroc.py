@@ -6,7 +6,12 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.functional._classification import binary_auroc_exact, binary_auroc_inputs
+from torchmetrics_diff.functional._classification import (
+    binary_auroc_exact,
+    binary_auroc_inputs,
+    check_auroc_task,
+    check_ignore_index,
+)
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 
@@ -45,10 +50,8 @@ class AUROC(Metric):
         self, task: str = "binary", ignore_index: int | None = None, validate_args: bool = True, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        if task != "binary":
-            raise ValueError(f"`task` must be 'binary' (the only AUROC task implemented); got {task!r}")
-        if ignore_index is not None and (not isinstance(ignore_index, int) or isinstance(ignore_index, bool)):
-            raise ValueError(f"`ignore_index` must be an int or None; got {ignore_index!r}")
+        check_auroc_task(task)
+        check_ignore_index(ignore_index)
         self.task, self.ignore_index, self.validate_args = task, ignore_index, validate_args
         self.add_state("preds", [], dist_reduce_fx="cat")
         self.add_state("target", [], dist_reduce_fx="cat")

@@ -2,25 +2,24 @@
 
 Every state is an ``int64`` count (``tp``, ``fp``, ``tn``, ``fn`` per class or label, or the confusion
 matrix), reduced with ``sum``: a :class:`~torchmetrics_diff.MetricCollection` of these metrics packs all of
-them into one buffer and syncs in one collective (DESIGN §4). They are not differentiable (thresholds and
-argmax), so ``dist_sync_on_step`` gives the global-batch value without a graph.
+them into one buffer and syncs in one collective (:ref:`architecture-sync-engine`). They are not differentiable
+(thresholds and argmax), so ``dist_sync_on_step`` gives the global-batch value without a graph.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from torchmetrics_diff.functional._classification import (
     StatScores,
-    _check_zero_division,
     check_task_args,
+    check_zero_division,
     confusion_counts,
     normalize_confusion,
-    reduce_accuracy,
-    reduce_fbeta,
-    reduce_precision_recall,
+    reduce_stat_scores,
     stat_scores,
 )
 from torchmetrics_diff.metric import Metric
@@ -41,13 +40,56 @@ _TASK_ARGS = """
         ignore_index: target value whose entries are left out.
         validate_args: check that labels lie in their range (one pass over the batch); ``False`` skips it."""
 
+_ZERO_DIVISION = """
+        zero_division: ``0`` or ``1``, the score where its denominator is zero (torchmetrics' default 0)."""
 
-class _StatScoresMetric(Metric):
-    """Shared ``tp``/``fp``/``tn``/``fn`` count states; subclasses reduce them."""
+_KWARGS = """
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+"""
+
+
+def _doc(summary: str, example: str, zero_division: bool = True) -> str:
+    """A stat-score metric's docstring: its summary, the shared arguments, its example."""
+    return summary + _TASK_ARGS + (_ZERO_DIVISION if zero_division else "") + _KWARGS + example
+
+
+class _TaskCounts(Metric):
+    """The task arguments of the classification count metrics (validated once), and a batch's counts from a
+    functional counter that takes them in one order."""
 
     is_differentiable = False
-    higher_is_better = True
     full_state_update = False
+
+    def __init__(
+        self,
+        task: str,
+        threshold: float,
+        num_classes: int | None,
+        num_labels: int | None,
+        average: str | None,
+        ignore_index: int | None,
+        validate_args: bool,
+        /,
+        **kwargs: Any,  # positional-only above: a keyword of the same name stays a Metric keyword (and fails there)
+    ) -> None:
+        super().__init__(**kwargs)
+        self._size = check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
+        self.task, self.threshold = task, threshold
+        self.num_classes, self.num_labels, self.ignore_index = num_classes, num_labels, ignore_index
+        self.validate_args = validate_args
+
+    def _count(self, counter: Callable[..., Any], preds: torch.Tensor, target: torch.Tensor) -> Any:
+        """``counter`` (:func:`stat_scores` or :func:`confusion_counts`) of a batch, with this metric's task."""
+        task_args = (self.task, self.threshold, self.num_classes, self.num_labels, self.ignore_index)
+        return counter(preds, target, *task_args, self.validate_args)
+
+
+class _StatScoresMetric(_TaskCounts):
+    """``tp``/``fp``/``tn``/``fn`` count states (per class or label) reduced to the score named by ``_score``."""
+
+    higher_is_better = True
+    zero_division = 0.0  # the score of a zero denominator: torchmetrics' 0 (Accuracy), an argument of the others
+    _score: str  # a key of functional ``SCORES``
 
     def __init__(
         self,
@@ -62,50 +104,37 @@ class _StatScoresMetric(Metric):
         validate_args: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        size = check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
+        super().__init__(task, threshold, num_classes, num_labels, average, ignore_index, validate_args, **kwargs)
         if multidim_average != "global":
             raise ValueError(f"`multidim_average` must be 'global' (the only one built); got {multidim_average!r}")
         if top_k != 1:
             raise ValueError(f"`top_k` must be 1 (the only value implemented); got {top_k!r}")
         if not isinstance(validate_args, bool):
             raise ValueError(f"`validate_args` must be a bool; got {validate_args!r}")
-        self.task, self.threshold, self.average = task, threshold, average
-        self.num_classes, self.num_labels, self.ignore_index = num_classes, num_labels, ignore_index
-        self.validate_args = validate_args
-        shape = () if task == "binary" else (size,)
+        self.average = average
+        shape = () if task == "binary" else (self._size,)
         for name in StatScores._fields:
             self.add_state(name, torch.zeros(shape, dtype=torch.int64), dist_reduce_fx="sum")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
         """Add a batch's counts."""
-        s = stat_scores(
-            preds,
-            target,
-            self.task,
-            self.threshold,
-            self.num_classes,
-            self.num_labels,
-            self.ignore_index,
-            self.validate_args,
-        )
+        s = self._count(stat_scores, preds, target)
         self.tp, self.fp, self.tn, self.fn = (
             getattr(self, name) + value.to(self.device) for name, value in zip(StatScores._fields, s)
         )
 
-    def _scores(self) -> StatScores:
-        return StatScores(self.tp, self.fp, self.tn, self.fn)
+    def compute(self) -> torch.Tensor:
+        """The score (see the class) of every batch seen."""
+        s = StatScores(self.tp, self.fp, self.tn, self.fn)
+        return reduce_stat_scores(s, self._score, self.task, self.average, self.zero_division)
 
 
 class Accuracy(_StatScoresMetric):
-    __doc__ = (
+    __doc__ = _doc(
         """Accuracy: ``(tp + tn) / all`` for binary and for multilabel labels, ``tp / (tp + fn)`` per class for
     multiclass (micro: correct predictions over all predictions).
-"""
-        + _TASK_ARGS
-        + """
-        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
-
+""",
+        """
     Raises:
         ValueError: a bad argument; in ``update``, inputs of the wrong shape, dtype or value range.
 
@@ -118,33 +147,23 @@ class Accuracy(_StatScoresMetric):
         tensor(0.7500)
         >>> Accuracy(task="binary")(torch.tensor([0.9, 0.2, 0.7]), torch.tensor([1, 1, 0]))
         tensor(0.3333)
-    """
+    """,
+        zero_division=False,
     )
-
-    def compute(self) -> torch.Tensor:
-        """Accuracy of every batch seen."""
-        return reduce_accuracy(self._scores(), self.task, self.average)
+    _score = "accuracy"
 
 
 class _ZeroDivision(_StatScoresMetric):
     def __init__(self, task: str, *args: Any, zero_division: float = 0, **kwargs: Any) -> None:
         super().__init__(task, *args, **kwargs)
-        self.zero_division = _check_zero_division(zero_division)
-
-
-_ZERO_DIVISION = """
-        zero_division: ``0`` or ``1``, the score where its denominator is zero (torchmetrics' default 0)."""
+        self.zero_division = check_zero_division(zero_division)
 
 
 class Precision(_ZeroDivision):
-    __doc__ = (
+    __doc__ = _doc(
         """Precision ``tp / (tp + fp)``.
-"""
-        + _TASK_ARGS
-        + _ZERO_DIVISION
-        + """
-        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
-
+""",
+        """
     Example:
         >>> import torch
         >>> from torchmetrics_diff import Precision
@@ -152,23 +171,16 @@ class Precision(_ZeroDivision):
         >>> metric.update(torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2]))
         >>> metric.compute()
         tensor(0.8333)
-    """
+    """,
     )
-
-    def compute(self) -> torch.Tensor:
-        """Precision of every batch seen."""
-        return reduce_precision_recall(self._scores(), "precision", self.task, self.average, self.zero_division)
+    _score = "precision"
 
 
 class Recall(_ZeroDivision):
-    __doc__ = (
+    __doc__ = _doc(
         """Recall ``tp / (tp + fn)``.
-"""
-        + _TASK_ARGS
-        + _ZERO_DIVISION
-        + """
-        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
-
+""",
+        """
     Example:
         >>> import torch
         >>> from torchmetrics_diff import Recall
@@ -176,23 +188,16 @@ class Recall(_ZeroDivision):
         >>> metric.update(torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2]))
         >>> metric.compute()
         tensor(0.8333)
-    """
+    """,
     )
-
-    def compute(self) -> torch.Tensor:
-        """Recall of every batch seen."""
-        return reduce_precision_recall(self._scores(), "recall", self.task, self.average, self.zero_division)
+    _score = "recall"
 
 
 class F1Score(_ZeroDivision):
-    __doc__ = (
+    __doc__ = _doc(
         """F1 score ``2 tp / (2 tp + fp + fn)``, the harmonic mean of precision and recall.
-"""
-        + _TASK_ARGS
-        + _ZERO_DIVISION
-        + """
-        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
-
+""",
+        """
     Example:
         >>> import torch
         >>> from torchmetrics_diff import F1Score
@@ -200,15 +205,12 @@ class F1Score(_ZeroDivision):
         >>> metric.update(torch.tensor([[0.8, 0.1], [0.3, 0.9]]), torch.tensor([[1, 0], [1, 1]]))
         >>> metric.compute()
         tensor(0.8333)
-    """
+    """,
     )
-
-    def compute(self) -> torch.Tensor:
-        """F1 of every batch seen."""
-        return reduce_fbeta(self._scores(), self.task, self.average, 1.0, self.zero_division)
+    _score = "f1"
 
 
-class ConfusionMatrix(Metric):
+class ConfusionMatrix(_TaskCounts):
     """Confusion matrix, rows the targets and columns the predictions: ``(2, 2)`` binary, ``(C, C)`` multiclass,
     ``(L, 2, 2)`` multilabel (each ``[[tn, fp], [fn, tp]]``). One ``int64`` ``sum`` state.
 
@@ -234,9 +236,7 @@ class ConfusionMatrix(Metric):
                 [0, 0, 1]])
     """
 
-    is_differentiable = False
     higher_is_better = None
-    full_state_update = False
 
     def __init__(
         self,
@@ -249,28 +249,16 @@ class ConfusionMatrix(Metric):
         validate_args: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        size = check_task_args(task, threshold, num_classes, num_labels, "micro", ignore_index)
+        super().__init__(task, threshold, num_classes, num_labels, "micro", ignore_index, validate_args, **kwargs)
         normalize_confusion(torch.zeros(2, 2, dtype=torch.int64), normalize)  # validates `normalize`
-        self.task, self.threshold, self.normalize = task, threshold, normalize
-        self.num_classes, self.num_labels, self.ignore_index = num_classes, num_labels, ignore_index
-        self.validate_args = validate_args
+        self.normalize = normalize
+        size = self._size
         shape = {"binary": (2, 2), "multiclass": (size, size), "multilabel": (size, 2, 2)}[task]
         self.add_state("confmat", torch.zeros(shape, dtype=torch.int64), dist_reduce_fx="sum")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
         """Add a batch's counts."""
-        counts = confusion_counts(
-            preds,
-            target,
-            self.task,
-            self.threshold,
-            self.num_classes,
-            self.num_labels,
-            self.ignore_index,
-            self.validate_args,
-        )
-        self.confmat = self.confmat + counts.to(self.device)
+        self.confmat = self.confmat + self._count(confusion_counts, preds, target).to(self.device)
 
     def compute(self) -> torch.Tensor:
         """The (normalized) confusion matrix of every batch seen."""

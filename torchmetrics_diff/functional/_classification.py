@@ -36,10 +36,21 @@ class StatScores(NamedTuple):
 
 
 # ------------------------------------------------------------------------------------------------ arguments
-def _positive_int(name: str, value: Any) -> int:
+def check_positive_int(name: str, value: Any) -> int:
+    """``value`` if it is an int ``>= 1`` (not a bool).
+
+    Raises:
+        ValueError: naming the argument ``name``.
+    """
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"`{name}` must be a positive int; got {value!r}")
     return value
+
+
+def check_ignore_index(ignore_index: Any) -> None:
+    """``ignore_index`` must be an int (not a bool) or ``None``."""
+    if ignore_index is not None and (not isinstance(ignore_index, int) or isinstance(ignore_index, bool)):
+        raise ValueError(f"`ignore_index` must be an int or None; got {ignore_index!r}")
 
 
 def check_task_args(
@@ -61,25 +72,30 @@ def check_task_args(
         raise ValueError(f"`threshold` must be a float in [0, 1]; got {threshold!r}")
     if average not in AVERAGES:
         raise ValueError(f"`average` must be one of {AVERAGES}; got {average!r}")
-    if ignore_index is not None and (not isinstance(ignore_index, int) or isinstance(ignore_index, bool)):
-        raise ValueError(f"`ignore_index` must be an int or None; got {ignore_index!r}")
+    check_ignore_index(ignore_index)
     if task == "multiclass":
         if num_classes is None:
             raise ValueError("`num_classes` must be a positive int for task='multiclass'; got None")
-        return _positive_int("num_classes", num_classes)
+        return check_positive_int("num_classes", num_classes)
     if task == "multilabel":
         if num_labels is None:
             raise ValueError("`num_labels` must be a positive int for task='multilabel'; got None")
-        return _positive_int("num_labels", num_labels)
+        return check_positive_int("num_labels", num_labels)
     return 1
 
 
-def _check_tensor(name: str, value: Any) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"`{name}` must be a tensor; got {type(value).__name__}")
-    if value.is_complex():
-        raise ValueError(f"`{name}` must be a real tensor; got dtype {value.dtype}")
-    return value
+def _check_pair(preds: Any, target: Any, same_shape: bool = True) -> None:
+    """Both real tensors (and, with ``same_shape``, of one shape)."""
+    for name, value in (("preds", preds), ("target", target)):
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"`{name}` must be a tensor; got {type(value).__name__}")
+        if value.is_complex():
+            raise ValueError(f"`{name}` must be a real tensor; got dtype {value.dtype}")
+    if same_shape and preds.shape != target.shape:
+        raise ValueError(
+            f"`preds` and `target` must have the same shape; got preds {tuple(preds.shape)} "
+            f"and target {tuple(target.shape)}"
+        )
 
 
 def _check_labels(name: str, values: torch.Tensor, high: int, ignore_index: int | None) -> None:
@@ -97,68 +113,63 @@ def _check_labels(name: str, values: torch.Tensor, high: int, ignore_index: int 
         raise ValueError(f"`{name}` values must lie in [0, {high - 1}]{extra}; found {found}")
 
 
-def _binary_preds(preds: torch.Tensor, threshold: float, validate: bool, ignore_index: int | None) -> torch.Tensor:
+def _probabilities(scores: torch.Tensor) -> torch.Tensor:
+    """Float scores as probabilities: torchmetrics takes a batch for logits (sigmoid) when any value lies outside
+    ``[0, 1]``."""
+    if scores.numel() and bool(((scores < 0) | (scores > 1)).any()):
+        return torch.sigmoid(scores)
+    return scores
+
+
+def _binary_preds(preds: torch.Tensor, threshold: float, validate: bool) -> torch.Tensor:
     """Boolean predictions from probabilities, logits or labels."""
     if preds.is_floating_point():
-        if preds.numel() and bool(((preds < 0) | (preds > 1)).any()):
-            preds = torch.sigmoid(preds)
-        return preds > threshold
+        return _probabilities(preds) > threshold
     if validate:
         _check_labels("preds", preds, 2, None)
     return preds.to(torch.bool)
 
 
-def _same_shape(preds: torch.Tensor, target: torch.Tensor) -> None:
-    if preds.shape != target.shape:
-        raise ValueError(
-            f"`preds` and `target` must have the same shape; got preds {tuple(preds.shape)} "
-            f"and target {tuple(target.shape)}"
-        )
+def _flat_kept(
+    preds: torch.Tensor, target: torch.Tensor, ignore_index: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat ``preds`` and ``target``, the entries whose target is ``ignore_index`` dropped."""
+    p, t = preds.reshape(-1), target.reshape(-1)
+    if ignore_index is not None:
+        keep = t != ignore_index
+        p, t = p[keep], t[keep]
+    return p, t
 
 
 # --------------------------------------------------------------------------------------------- stat scores
-def _binary_format(
-    preds: torch.Tensor, target: torch.Tensor, threshold: float, ignore_index: int | None, validate: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Flat boolean predictions and targets, and the mask of kept entries (``None``: all)."""
-    _check_tensor("preds", preds), _check_tensor("target", target)
-    _same_shape(preds, target)
-    if validate:
-        _check_labels("target", target, 2, ignore_index)
-    keep = None if ignore_index is None else (target != ignore_index).reshape(-1)
-    p = _binary_preds(preds, threshold, validate, ignore_index).reshape(-1)
-    t = (target == 1).reshape(-1)
-    return p, t, keep
-
-
-def _multilabel_format(
+def _two_class_format(
     preds: torch.Tensor,
     target: torch.Tensor,
-    num_labels: int,
+    num_labels: int | None,
     threshold: float,
     ignore_index: int | None,
     validate: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``(M, L)`` boolean predictions and targets (extra dims folded into rows), and the kept mask."""
-    _check_tensor("preds", preds), _check_tensor("target", target)
-    _same_shape(preds, target)
-    if preds.ndim < 2 or preds.shape[1] != num_labels:
+    """Boolean predictions and targets, and the mask of kept entries (``None``: all): flat for ``binary``
+    (``num_labels=None``), ``(M, L)`` for multilabel (extra dims folded into rows)."""
+    _check_pair(preds, target)
+    if num_labels is not None and (preds.ndim < 2 or preds.shape[1] != num_labels):
         raise ValueError(f"`preds` must have shape (N, num_labels={num_labels}, ...); got {tuple(preds.shape)}")
     if validate:
         _check_labels("target", target, 2, ignore_index)
 
     def rows(x: torch.Tensor) -> torch.Tensor:
-        return x.movedim(1, -1).reshape(-1, num_labels)
+        return x.reshape(-1) if num_labels is None else x.movedim(1, -1).reshape(-1, num_labels)
 
     keep = None if ignore_index is None else rows(target != ignore_index)
-    return rows(_binary_preds(preds, threshold, validate, ignore_index)), rows(target == 1), keep
+    return rows(_binary_preds(preds, threshold, validate)), rows(target == 1), keep
 
 
 def _multiclass_labels(
     preds: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None, validate: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Flat predicted and target labels, ignored targets dropped."""
-    _check_tensor("preds", preds), _check_tensor("target", target)
+    _check_pair(preds, target, same_shape=False)
     if preds.ndim == target.ndim + 1:
         if preds.shape[1] != num_classes or preds.shape[:1] + preds.shape[2:] != target.shape:
             raise ValueError(
@@ -178,10 +189,7 @@ def _multiclass_labels(
         )
     if validate:
         _check_labels("target", target, num_classes, ignore_index)
-    p, t = preds.reshape(-1), target.reshape(-1)
-    if ignore_index is not None:
-        keep = t != ignore_index
-        p, t = p[keep], t[keep]
+    p, t = _flat_kept(preds, target, ignore_index)
     return p.long(), t.long()
 
 
@@ -223,10 +231,9 @@ def stat_scores(
         StatScores(tp=tensor([1, 1, 1]), fp=tensor([0, 0, 1]), tn=tensor([3, 2, 2]), fn=tensor([0, 1, 0]))
     """
     size = check_task_args(task, threshold, num_classes, num_labels, "micro", ignore_index)
-    if task == "binary":
-        return _masked_counts(*_binary_format(preds, target, threshold, ignore_index, validate_args))
-    if task == "multilabel":
-        return _masked_counts(*_multilabel_format(preds, target, size, threshold, ignore_index, validate_args))
+    if task != "multiclass":
+        labels = size if task == "multilabel" else None
+        return _masked_counts(*_two_class_format(preds, target, labels, threshold, ignore_index, validate_args))
     confmat = multiclass_confusion_counts(preds, target, size, ignore_index, validate_args)
     tp = confmat.diagonal()
     fp = confmat.sum(0) - tp
@@ -239,6 +246,29 @@ def _divide(num: torch.Tensor, denom: torch.Tensor, zero_division: float = 0.0) 
     """``num / denom`` in the default float dtype, ``zero_division`` where ``denom == 0`` (counts: no gradient)."""
     denom = denom.to(torch.get_default_dtype())
     return torch.where(denom == 0, float(zero_division), num.to(denom.dtype) / denom)
+
+
+def _accuracy_parts(s: StatScores, task: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if task == "multiclass":
+        return s.tp, s.tp + s.fn
+    return s.tp + s.tn, s.tp + s.tn + s.fp + s.fn
+
+
+def _precision_parts(s: StatScores, task: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return s.tp, s.tp + s.fp
+
+
+def _recall_parts(s: StatScores, task: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return s.tp, s.tp + s.fn
+
+
+def _f1_parts(s: StatScores, task: str, beta: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    b2 = beta * beta
+    return (1 + b2) * s.tp, (1 + b2) * s.tp + b2 * s.fn + s.fp
+
+
+# each score as a numerator and a denominator of stat scores, so that one reducer divides and averages them all
+SCORES = {"accuracy": _accuracy_parts, "precision": _precision_parts, "recall": _recall_parts, "f1": _f1_parts}
 
 
 def _average(score: torch.Tensor, s: StatScores, average: str | None, task: str) -> torch.Tensor:
@@ -255,61 +285,55 @@ def _average(score: torch.Tensor, s: StatScores, average: str | None, task: str)
     return _divide((weights * score).sum(-1), weights.sum(-1))
 
 
-def _micro(s: StatScores) -> StatScores:
-    return StatScores(*(x.sum(-1) for x in s))
-
-
-def reduce_accuracy(s: StatScores, task: str, average: str | None = "micro") -> torch.Tensor:
-    """Accuracy from stat scores (``binary``: ``(tp + tn) / all``; multiclass: ``tp / (tp + fn)`` per class)."""
-    if task == "binary":
-        return _divide(s.tp + s.tn, s.tp + s.tn + s.fp + s.fn)
-    if average == "micro":
-        m = _micro(s)
-        if task == "multilabel":
-            return _divide(m.tp + m.tn, m.tp + m.tn + m.fp + m.fn)
-        return _divide(m.tp, m.tp + m.fn)
-    score = _divide(s.tp + s.tn, s.tp + s.tn + s.fp + s.fn) if task == "multilabel" else _divide(s.tp, s.tp + s.fn)
-    return _average(score, s, average, task)
-
-
-def reduce_fbeta(
-    s: StatScores, task: str, average: str | None = "micro", beta: float = 1.0, zero_division: float = 0.0
+def reduce_stat_scores(
+    s: StatScores, score: str, task: str, average: str | None = "micro", zero_division: float = 0.0
 ) -> torch.Tensor:
-    """``(1 + β²) tp / ((1 + β²) tp + β² fn + fp)``; ``zero_division`` where the denominator is 0."""
-    b2 = beta * beta
+    """One of :data:`SCORES` from stat scores, ``zero_division`` where its denominator is 0: of the counts for
+    ``binary``; else of the counts pooled over classes (``micro``) or per class, then averaged.
 
-    def score(x: StatScores) -> torch.Tensor:
-        return _divide((1 + b2) * x.tp, (1 + b2) * x.tp + b2 * x.fn + x.fp, zero_division)
+    Accuracy is ``(tp + tn) / all`` for binary and multilabel, ``tp / (tp + fn)`` per class for multiclass;
+    precision ``tp / (tp + fp)``; recall ``tp / (tp + fn)``; F1 ``2 tp / (2 tp + fn + fp)``.
+    """
+    parts = SCORES[score]
 
-    if task == "binary":
-        return score(s)
-    if average == "micro":
-        return score(_micro(s))
-    return _average(score(s), s, average, task)
-
-
-def reduce_precision_recall(
-    s: StatScores, which: str, task: str, average: str | None = "micro", zero_division: float = 0.0
-) -> torch.Tensor:
-    """``tp / (tp + fp)`` (``which="precision"``) or ``tp / (tp + fn)`` (``"recall"``)."""
-
-    def score(x: StatScores) -> torch.Tensor:
-        return _divide(x.tp, x.tp + (x.fp if which == "precision" else x.fn), zero_division)
+    def value(x: StatScores) -> torch.Tensor:
+        return _divide(*parts(x, task), zero_division)
 
     if task == "binary":
-        return score(s)
+        return value(s)
     if average == "micro":
-        return score(_micro(s))
-    return _average(score(s), s, average, task)
+        return value(StatScores(*(x.sum(-1) for x in s)))
+    return _average(value(s), s, average, task)
 
 
-def _check_zero_division(zero_division: Any) -> float:
+def check_zero_division(zero_division: Any) -> float:
+    """``zero_division`` (0 or 1) as a float."""
     if zero_division not in (0, 1) or isinstance(zero_division, bool):
         raise ValueError(f"`zero_division` must be 0 or 1; got {zero_division!r}")
     return float(zero_division)
 
 
 # ------------------------------------------------------------------------------------------ public functions
+def _score(
+    score: str,
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    threshold: float,
+    num_classes: int | None,
+    num_labels: int | None,
+    average: str | None,
+    ignore_index: int | None,
+    validate_args: bool,
+    zero_division: float = 0,
+) -> torch.Tensor:
+    """Validate, count and reduce: the body of every stat-score function."""
+    check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
+    zd = check_zero_division(zero_division)
+    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
+    return reduce_stat_scores(s, score, task, average, zd)
+
+
 def accuracy(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -328,9 +352,8 @@ def accuracy(
         >>> accuracy(torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2]), "multiclass", num_classes=3)
         tensor(0.7500)
     """
-    check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
-    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
-    return reduce_accuracy(s, task, average)
+    args = (task, threshold, num_classes, num_labels, average, ignore_index, validate_args)
+    return _score("accuracy", preds, target, *args)
 
 
 def precision(
@@ -352,10 +375,8 @@ def precision(
         >>> precision(torch.tensor([0.9, 0.2, 0.7]), torch.tensor([1, 1, 0]), "binary")
         tensor(0.5000)
     """
-    check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
-    zd = _check_zero_division(zero_division)
-    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
-    return reduce_precision_recall(s, "precision", task, average, zd)
+    args = (task, threshold, num_classes, num_labels, average, ignore_index, validate_args, zero_division)
+    return _score("precision", preds, target, *args)
 
 
 def recall(
@@ -377,10 +398,8 @@ def recall(
         >>> recall(torch.tensor([0.9, 0.2, 0.7]), torch.tensor([1, 1, 0]), "binary")
         tensor(0.5000)
     """
-    check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
-    zd = _check_zero_division(zero_division)
-    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
-    return reduce_precision_recall(s, "recall", task, average, zd)
+    args = (task, threshold, num_classes, num_labels, average, ignore_index, validate_args, zero_division)
+    return _score("recall", preds, target, *args)
 
 
 def f1_score(
@@ -403,10 +422,8 @@ def f1_score(
         ...          average="macro")
         tensor(0.7778)
     """
-    check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
-    zd = _check_zero_division(zero_division)
-    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
-    return reduce_fbeta(s, task, average, 1.0, zd)
+    args = (task, threshold, num_classes, num_labels, average, ignore_index, validate_args, zero_division)
+    return _score("f1", preds, target, *args)
 
 
 def confusion_counts(
@@ -465,6 +482,12 @@ def confusion_matrix(
 
 
 # ------------------------------------------------------------------------------------------------------ AUROC
+def check_auroc_task(task: Any) -> None:
+    """Only the binary AUROC is implemented."""
+    if task != "binary":
+        raise ValueError(f"`task` must be 'binary' (the only AUROC task implemented); got {task!r}")
+
+
 def binary_auroc_inputs(
     preds: torch.Tensor, target: torch.Tensor, ignore_index: int | None = None, validate: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -473,19 +496,13 @@ def binary_auroc_inputs(
     Raises:
         ValueError: different shapes, non-floating ``preds``, or targets outside ``{0, 1}`` (and ``ignore_index``).
     """
-    _check_tensor("preds", preds), _check_tensor("target", target)
-    _same_shape(preds, target)
+    _check_pair(preds, target)
     if not preds.is_floating_point():
         raise ValueError(f"`preds` must be floating scores (probabilities or logits); got dtype {preds.dtype}")
     if validate:
         _check_labels("target", target, 2, ignore_index)
-    p, t = preds.reshape(-1), target.reshape(-1)
-    if ignore_index is not None:
-        keep = t != ignore_index
-        p, t = p[keep], t[keep]
-    if p.numel() and bool(((p < 0) | (p > 1)).any()):
-        p = torch.sigmoid(p)
-    return p, t.long()
+    p, t = _flat_kept(preds, target, ignore_index)
+    return _probabilities(p), t.long()
 
 
 def binary_auroc_exact(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -524,6 +541,5 @@ def auroc(
         >>> auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
         tensor(0.7500)
     """
-    if task != "binary":
-        raise ValueError(f"`task` must be 'binary' (the only AUROC task implemented); got {task!r}")
+    check_auroc_task(task)
     return binary_auroc_exact(*binary_auroc_inputs(preds, target, ignore_index, validate_args))

@@ -2,16 +2,20 @@
 
 Every statistic is a *sum* over rows, so the statistics of a global batch are the sums of every rank's
 statistics: that is what lets the :mod:`torchmetrics_diff.regression` metrics sync with one ``all_reduce``-like
-collective (``sum`` states, never ``cat``) and keep exact gradients (DESIGN §1). The ``*_stats`` functions give
-the statistics of a batch, the ``*_from_stats`` functions the value; the plain functions are both in one call.
+collective (``sum`` states, never ``cat``) and keep exact gradients (:ref:`architecture-gradient-contract`). The
+``*_stats`` functions give the statistics of a batch, the ``*_from_stats`` functions the value; the plain
+functions are both in one call.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import torch
+
+from torchmetrics_diff.functional._classification import check_positive_int
 
 MULTIOUTPUTS = ("raw_values", "uniform_average", "variance_weighted")
 COSINE_REDUCTIONS = ("sum", "mean", "none", None)
@@ -35,6 +39,18 @@ def _check_pair(preds: torch.Tensor, target: torch.Tensor) -> None:
         )
 
 
+def check_num_outputs(num_outputs: Any) -> int:
+    """``num_outputs`` if it is a positive int."""
+    return check_positive_int("num_outputs", num_outputs)
+
+
+def _outputs_of(preds: Any) -> int:
+    """The number of outputs of ``(N,)`` or ``(N, M)`` inputs (the pair is checked later)."""
+    if isinstance(preds, torch.Tensor) and preds.ndim > 2:
+        raise ValueError(f"`preds` must have shape (N,) or (N, M); got {tuple(preds.shape)}")
+    return preds.shape[1] if isinstance(preds, torch.Tensor) and preds.ndim == 2 else 1
+
+
 def _columns(
     preds: torch.Tensor, target: torch.Tensor, num_outputs: int, flatten: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,8 +60,7 @@ def _columns(
     otherwise the shape must be ``(N,)`` (one output) or ``(N, num_outputs)``.
     """
     _check_pair(preds, target)
-    if not isinstance(num_outputs, int) or isinstance(num_outputs, bool) or num_outputs < 1:
-        raise ValueError(f"`num_outputs` must be a positive int; got {num_outputs!r}")
+    check_num_outputs(num_outputs)
     if num_outputs == 1 and (flatten or preds.ndim <= 1):
         return _as_float(preds).reshape(-1, 1), _as_float(target).reshape(-1, 1)
     if preds.ndim != 2 or preds.shape[1] != num_outputs:
@@ -53,6 +68,11 @@ def _columns(
             f"`preds` and `target` must have shape (N, num_outputs={num_outputs}); got {tuple(preds.shape)}"
         )
     return _as_float(preds), _as_float(target)
+
+
+def _mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """``total / count`` per output, a scalar for one output (NaN when ``count == 0``)."""
+    return _squeeze_single(total / count)
 
 
 def _squeeze_single(value: torch.Tensor) -> torch.Tensor:
@@ -71,7 +91,7 @@ def mean_squared_error_stats(
 
 def mean_squared_error_from_stats(sum_sq: torch.Tensor, count: torch.Tensor, squared: bool = True) -> torch.Tensor:
     """``Σ (p - t)² / N``, or its square root when ``squared=False``; NaN when ``N == 0``."""
-    mse = _squeeze_single(sum_sq / count)
+    mse = _mean(sum_sq, count)
     return mse if squared else torch.sqrt(mse)
 
 
@@ -96,6 +116,11 @@ def mean_absolute_error_stats(
     return (p - t).abs().sum(0), torch.tensor(p.shape[0], device=p.device)
 
 
+def mean_absolute_error_from_stats(sum_abs: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """``Σ |p - t| / N``; NaN when ``N == 0``."""
+    return _mean(sum_abs, count)
+
+
 def mean_absolute_error(preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1) -> torch.Tensor:
     """Mean absolute error, per output when ``num_outputs > 1``.
 
@@ -104,8 +129,7 @@ def mean_absolute_error(preds: torch.Tensor, target: torch.Tensor, num_outputs: 
         >>> mean_absolute_error(torch.tensor([2.5, 5.0, 4.0, 8.0]), torch.tensor([3.0, 5.0, 2.5, 7.0]))
         tensor(0.7500)
     """
-    sum_abs, count = mean_absolute_error_stats(preds, target, num_outputs)
-    return _squeeze_single(sum_abs / count)
+    return mean_absolute_error_from_stats(*mean_absolute_error_stats(preds, target, num_outputs))
 
 
 # -------------------------------------------------------------------------------------------------------- R²
@@ -117,7 +141,8 @@ def r2_score_stats(
     return (t * t).sum(0), t.sum(0), ((t - p) ** 2).sum(0), torch.tensor(p.shape[0], device=p.device)
 
 
-def _check_r2_args(adjusted: int, multioutput: str) -> None:
+def check_r2_args(adjusted: int, multioutput: str) -> None:
+    """``adjusted`` an int ``>= 0``, ``multioutput`` one of :data:`MULTIOUTPUTS`."""
     if not isinstance(adjusted, int) or isinstance(adjusted, bool) or adjusted < 0:
         raise ValueError(f"`adjusted` must be an int >= 0; got {adjusted!r}")
     if multioutput not in MULTIOUTPUTS:
@@ -140,7 +165,7 @@ def r2_score_from_stats(
     Raises:
         ValueError: fewer than two observations, or a bad ``adjusted``/``multioutput``.
     """
-    _check_r2_args(adjusted, multioutput)
+    check_r2_args(adjusted, multioutput)
     n = int(count)
     if n < 2:
         raise ValueError(f"R2 score needs at least two observations; got {n}")
@@ -179,11 +204,9 @@ def r2_score(
         >>> r2_score(torch.tensor([2.5, 0.0, 2.0, 8.0]), torch.tensor([3.0, -0.5, 2.0, 7.0]))
         tensor(0.9486)
     """
-    _check_r2_args(adjusted, multioutput)
-    outputs = preds.shape[1] if isinstance(preds, torch.Tensor) and preds.ndim == 2 else 1
-    if isinstance(preds, torch.Tensor) and preds.ndim > 2:
-        raise ValueError(f"`preds` must have shape (N,) or (N, M); got {tuple(preds.shape)}")
-    return r2_score_from_stats(*r2_score_stats(preds, target, outputs), adjusted=adjusted, multioutput=multioutput)
+    check_r2_args(adjusted, multioutput)
+    stats = r2_score_stats(preds, target, _outputs_of(preds))
+    return r2_score_from_stats(*stats, adjusted=adjusted, multioutput=multioutput)
 
 
 # -------------------------------------------------------------------------------------------------- Pearson
@@ -231,10 +254,7 @@ def pearson_corrcoef(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         >>> pearson_corrcoef(torch.tensor([2.5, 0.0, 2.0, 8.0]), torch.tensor([3.0, -0.5, 2.0, 7.0]))
         tensor(0.9849)
     """
-    if isinstance(preds, torch.Tensor) and preds.ndim > 2:
-        raise ValueError(f"`preds` must have shape (N,) or (N, M); got {tuple(preds.shape)}")
-    outputs = preds.shape[1] if isinstance(preds, torch.Tensor) and preds.ndim == 2 else 1
-    r = pearson_corrcoef_from_stats(pearson_corrcoef_stats(preds, target, outputs))
+    r = pearson_corrcoef_from_stats(pearson_corrcoef_stats(preds, target, _outputs_of(preds)))
     return r.to(preds.dtype if preds.is_floating_point() else torch.get_default_dtype())
 
 
@@ -248,7 +268,8 @@ def cosine_similarity_rows(preds: torch.Tensor, target: torch.Tensor) -> torch.T
     return (p * t).sum(-1) / (p.norm(dim=-1) * t.norm(dim=-1))
 
 
-def _check_cosine_reduction(reduction: str | None) -> None:
+def check_cosine_reduction(reduction: str | None) -> None:
+    """``reduction`` one of :data:`COSINE_REDUCTIONS`."""
     if reduction not in COSINE_REDUCTIONS:
         raise ValueError(f"`reduction` must be one of {COSINE_REDUCTIONS}; got {reduction!r}")
 
@@ -261,7 +282,7 @@ def cosine_similarity(preds: torch.Tensor, target: torch.Tensor, reduction: str 
         >>> cosine_similarity(torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
         tensor(1.7071)
     """
-    _check_cosine_reduction(reduction)
+    check_cosine_reduction(reduction)
     sims = cosine_similarity_rows(preds, target)
     if reduction == "sum":
         return sims.sum()

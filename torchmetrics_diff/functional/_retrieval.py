@@ -21,11 +21,13 @@ Queries are scored ``chunk_size`` at a time, so the memory is ``O(chunk_size × 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from torchmetrics_diff.functional._classification import check_positive_int
 
 DIRECTIONS = ("i2t", "t2i")
 
@@ -48,12 +50,6 @@ def check_directions(directions: Any) -> tuple[str, ...]:
     if not isinstance(ds, Sequence) or not ds or any(d not in DIRECTIONS for d in ds):
         raise ValueError(f"`directions` must be a non-empty sequence of {DIRECTIONS}; got {directions!r}")
     return tuple(ds)
-
-
-def check_chunk_size(chunk_size: Any) -> int:
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be a positive int; got {chunk_size!r}")
-    return chunk_size
 
 
 def check_pairs(
@@ -119,8 +115,23 @@ def query_scores(
     return rank, ap
 
 
-def _embed(x: torch.Tensor, normalize: bool) -> torch.Tensor:
+def embed(x: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """``x`` L2-normalized along its rows (scores become cosine similarities), or as it is."""
     return F.normalize(x, dim=-1) if normalize else x
+
+
+def score_directions(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    labels: torch.Tensor | None,
+    directions: Sequence[str],
+    chunk_size: int,
+    ap_k: int | None = None,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+    """:func:`query_scores` of each direction: image queries against the text gallery (``"i2t"``), the reverse
+    (``"t2i"``)."""
+    pairs = {"i2t": (image, text), "t2i": (text, image)}
+    return {d: query_scores(*pairs[d], labels, chunk_size, ap_k) for d in directions}
 
 
 def _per_direction(
@@ -134,10 +145,17 @@ def _per_direction(
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
     image, text, labels = check_pairs(image, text, labels)
     directions = check_directions(directions)
-    chunk_size = check_chunk_size(chunk_size)
-    image, text = _embed(image.detach(), normalize), _embed(text.detach(), normalize)
-    pairs = {"i2t": (image, text), "t2i": (text, image)}
-    return {d: query_scores(*pairs[d], labels, chunk_size, ap_k) for d in directions}
+    chunk_size = check_positive_int("chunk_size", chunk_size)
+    image, text = embed(image.detach(), normalize), embed(text.detach(), normalize)
+    return score_directions(image, text, labels, directions, chunk_size, ap_k)
+
+
+def _by_direction(
+    values: dict[str, torch.Tensor], name: str, summary: Callable[[torch.Tensor], torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """``{"<direction>_<name>": summary of that direction's values}``, in the default float dtype."""
+    dtype = torch.get_default_dtype()
+    return {f"{d}_{name}": summary(v).to(dtype) for d, v in values.items()}
 
 
 def retrieval_ranks(
@@ -190,19 +208,17 @@ def retrieval_recall_at_k(
 
 def mean_rank_from_ranks(ranks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``{"<direction>_mean_rank": mean rank}``."""
-    dtype = torch.get_default_dtype()
-    return {f"{d}_mean_rank": r.to(torch.float64).mean().to(dtype) for d, r in ranks.items()}
+    return _by_direction(ranks, "mean_rank", lambda r: r.to(torch.float64).mean())
 
 
 def median_rank_from_ranks(ranks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``{"<direction>_median_rank": median rank}``, the mean of the two middle ranks for an even count (as
     ``numpy.median``; ``torch.median`` would return the lower one)."""
-    dtype = torch.get_default_dtype()
-    out = {}
-    for d, r in ranks.items():
-        value = torch.quantile(r.to(torch.float64), 0.5) if r.numel() else torch.tensor(float("nan"))
-        out[f"{d}_median_rank"] = value.to(dtype)
-    return out
+
+    def median(r: torch.Tensor) -> torch.Tensor:
+        return torch.quantile(r.to(torch.float64), 0.5) if r.numel() else torch.tensor(float("nan"))
+
+    return _by_direction(ranks, "median_rank", median)
 
 
 def retrieval_mean_rank(
@@ -270,5 +286,4 @@ def retrieval_map_at_k(
 
 def map_from_aps(aps: dict[str, torch.Tensor | None], k: int) -> dict[str, torch.Tensor]:
     """``{"<direction>_mAP@<k>": mean AP}`` (NaN without queries)."""
-    dtype = torch.get_default_dtype()
-    return {f"{d}_mAP@{k}": ap.mean().to(dtype) for d, ap in aps.items() if ap is not None}
+    return _by_direction({d: ap for d, ap in aps.items() if ap is not None}, f"mAP@{k}", torch.mean)

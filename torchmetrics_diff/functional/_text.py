@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from torchmetrics_diff.functional._classification import check_ignore_index
+
 
 def perplexity_stats(
     preds: torch.Tensor, target: torch.Tensor, ignore_index: int | None = None
@@ -22,8 +24,7 @@ def perplexity_stats(
     if not isinstance(target, torch.Tensor) or target.is_floating_point() or target.shape != preds.shape[:2]:
         shown = (tuple(target.shape), target.dtype) if isinstance(target, torch.Tensor) else type(target).__name__
         raise ValueError(f"`target` must be an integer tensor of shape {tuple(preds.shape[:2])} (B, T); got {shown}")
-    if ignore_index is not None and (not isinstance(ignore_index, int) or isinstance(ignore_index, bool)):
-        raise ValueError(f"`ignore_index` must be an int or None; got {ignore_index!r}")
+    check_ignore_index(ignore_index)
     vocab = preds.shape[-1]
     t = target.reshape(-1)
     keep = torch.ones_like(t, dtype=torch.bool) if ignore_index is None else t != ignore_index

@@ -3,19 +3,22 @@
 The value of a global batch is a function of the sums of every rank's statistics, so with
 ``dist_sync_on_step=True`` each of these metrics is a global-batch loss: one collective per step (every state
 is a ``sum`` state), the same value on every rank, and after DDP's gradient averaging the one-device gradient
-(DESIGN §1; the base class scales each rank's own contribution by the group size).
+(:ref:`architecture-gradient-contract`; the base class scales each rank's own contribution by the group size).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 
 from torchmetrics_diff.functional._regression import (
-    _check_cosine_reduction,
-    _check_r2_args,
+    check_cosine_reduction,
+    check_num_outputs,
+    check_r2_args,
     cosine_similarity_rows,
+    mean_absolute_error_from_stats,
     mean_absolute_error_stats,
     mean_squared_error_from_stats,
     mean_squared_error_stats,
@@ -27,13 +30,26 @@ from torchmetrics_diff.functional._regression import (
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 
-def _check_outputs(num_outputs: Any) -> int:
-    if not isinstance(num_outputs, int) or isinstance(num_outputs, bool) or num_outputs < 1:
-        raise ValueError(f"`num_outputs` must be a positive int; got {num_outputs!r}")
-    return num_outputs
+class _SumStatsMetric(Metric):
+    """A differentiable metric whose states are the sums its ``*_stats`` function returns for a batch.
+
+    ``_stats(preds, target, num_outputs)`` gives a batch's sums in the order of ``_sum_states``, the states they
+    are added to; subclasses declare those states (all ``sum``) and compute the value from them.
+    """
+
+    is_differentiable = True
+    full_state_update = False
+    num_outputs: int
+    _stats: ClassVar[Callable[..., tuple[torch.Tensor, ...]]]
+    _sum_states: ClassVar[tuple[str, ...]]
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Add a batch's sums."""
+        for name, value in zip(self._sum_states, self._stats(preds, target, self.num_outputs)):
+            setattr(self, name, getattr(self, name) + value)
 
 
-class MeanSquaredError(Metric):
+class MeanSquaredError(_SumStatsMetric):
     """Mean squared error ``Σ (p - t)² / N`` (root mean squared error with ``squared=False``).
 
     States: ``sum_squared_error`` (``(num_outputs,)``, ``sum``) and ``total`` (``int64``, ``sum``).
@@ -58,31 +74,25 @@ class MeanSquaredError(Metric):
         tensor(0.8750)
     """
 
-    is_differentiable = True
     higher_is_better = False
-    full_state_update = False
+    _stats = staticmethod(mean_squared_error_stats)
+    _sum_states = ("sum_squared_error", "total")
 
     def __init__(self, squared: bool = True, num_outputs: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not isinstance(squared, bool):
             raise ValueError(f"`squared` must be a bool; got {squared!r}")
         self.squared = squared
-        self.num_outputs = _check_outputs(num_outputs)
+        self.num_outputs = check_num_outputs(num_outputs)
         self.add_state("sum_squared_error", torch.zeros(num_outputs), dist_reduce_fx="sum")
         self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
-
-    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add the squared errors of a batch."""
-        sum_sq, count = mean_squared_error_stats(preds, target, self.num_outputs)
-        self.sum_squared_error = self.sum_squared_error + sum_sq
-        self.total = self.total + count.to(self.total.device)
 
     def compute(self) -> torch.Tensor:
         """The (root) mean squared error of every row seen; NaN before any row."""
         return mean_squared_error_from_stats(self.sum_squared_error, self.total, self.squared)
 
 
-class MeanAbsoluteError(Metric):
+class MeanAbsoluteError(_SumStatsMetric):
     """Mean absolute error ``Σ |p - t| / N``.
 
     Args:
@@ -98,29 +108,22 @@ class MeanAbsoluteError(Metric):
         tensor(0.7500)
     """
 
-    is_differentiable = True
     higher_is_better = False
-    full_state_update = False
+    _stats = staticmethod(mean_absolute_error_stats)
+    _sum_states = ("sum_abs_error", "total")
 
     def __init__(self, num_outputs: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.num_outputs = _check_outputs(num_outputs)
+        self.num_outputs = check_num_outputs(num_outputs)
         self.add_state("sum_abs_error", torch.zeros(num_outputs), dist_reduce_fx="sum")
         self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
 
-    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add the absolute errors of a batch."""
-        sum_abs, count = mean_absolute_error_stats(preds, target, self.num_outputs)
-        self.sum_abs_error = self.sum_abs_error + sum_abs
-        self.total = self.total + count.to(self.total.device)
-
     def compute(self) -> torch.Tensor:
         """The mean absolute error of every row seen; NaN before any row."""
-        mae = self.sum_abs_error / self.total
-        return mae.reshape(()) if mae.numel() == 1 else mae
+        return mean_absolute_error_from_stats(self.sum_abs_error, self.total)
 
 
-class R2Score(Metric):
+class R2Score(_SumStatsMetric):
     """Coefficient of determination ``R² = 1 - Σ (t - p)² / Σ (t - t̄)²`` from the sums ``Σt``, ``Σt²``,
     ``Σ (t - p)²`` and ``N``.
 
@@ -147,28 +150,20 @@ class R2Score(Metric):
         tensor(0.9486)
     """
 
-    is_differentiable = True
     higher_is_better = True
-    full_state_update = False
+    _stats = staticmethod(r2_score_stats)
+    _sum_states = ("sum_squared_obs", "sum_obs", "residual", "total")
 
     def __init__(
         self, adjusted: int = 0, multioutput: str = "uniform_average", num_outputs: int = 1, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        self.num_outputs = _check_outputs(num_outputs)
-        _check_r2_args(adjusted, multioutput)
+        self.num_outputs = check_num_outputs(num_outputs)
+        check_r2_args(adjusted, multioutput)
         self.adjusted, self.multioutput = adjusted, multioutput
         for name in ("sum_squared_obs", "sum_obs", "residual"):
             self.add_state(name, torch.zeros(num_outputs), dist_reduce_fx="sum")
         self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
-
-    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch's sums."""
-        sum_sq, total, rss, count = r2_score_stats(preds, target, self.num_outputs)
-        self.sum_squared_obs = self.sum_squared_obs + sum_sq
-        self.sum_obs = self.sum_obs + total
-        self.residual = self.residual + rss
-        self.total = self.total + count.to(self.total.device)
 
     def compute(self) -> torch.Tensor:
         """R² of every row seen."""
@@ -177,7 +172,7 @@ class R2Score(Metric):
         )
 
 
-class PearsonCorrCoef(Metric):
+class PearsonCorrCoef(_SumStatsMetric):
     """Pearson correlation coefficient from the float64 sums ``N, Σx, Σy, Σx², Σy², Σxy``.
 
     ``r = (Σxy - ΣxΣy/N) / sqrt((Σx² - (Σx)²/N)(Σy² - (Σy)²/N))``, clamped to ``[-1, 1]``; NaN (with a
@@ -199,18 +194,17 @@ class PearsonCorrCoef(Metric):
         tensor(0.9849)
     """
 
-    is_differentiable = True
     higher_is_better = None
-    full_state_update = False
+    _sum_states = ("sums",)
 
     def __init__(self, num_outputs: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.num_outputs = _check_outputs(num_outputs)
+        self.num_outputs = check_num_outputs(num_outputs)
         self.add_state("sums", torch.zeros(6, num_outputs, dtype=torch.float64), dist_reduce_fx="sum")
 
-    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch's six sums."""
-        self.sums = self.sums + pearson_corrcoef_stats(preds, target, self.num_outputs)
+    @staticmethod
+    def _stats(preds: torch.Tensor, target: torch.Tensor, num_outputs: int) -> tuple[torch.Tensor, ...]:
+        return (pearson_corrcoef_stats(preds, target, num_outputs),)  # the six sums are one state
 
     def compute(self) -> torch.Tensor:
         """Pearson's r of every row seen (one per output when ``num_outputs > 1``)."""
@@ -243,7 +237,7 @@ class CosineSimilarity(Metric):
 
     def __init__(self, reduction: str | None = "sum", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        _check_cosine_reduction(reduction)
+        check_cosine_reduction(reduction)
         self.reduction = reduction
         if reduction in ("sum", "mean"):
             self.add_state("sim_sum", torch.tensor(0.0), dist_reduce_fx="sum")

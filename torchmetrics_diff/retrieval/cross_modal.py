@@ -13,17 +13,18 @@ from typing import Any
 
 import torch
 
+from torchmetrics_diff.functional._classification import check_positive_int
 from torchmetrics_diff.functional._retrieval import (
     DIRECTIONS,
-    check_chunk_size,
     check_directions,
     check_pairs,
     check_top_k,
+    embed,
     map_from_aps,
     mean_rank_from_ranks,
     median_rank_from_ranks,
-    query_scores,
     recall_at_k_from_ranks,
+    score_directions,
 )
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
@@ -55,7 +56,7 @@ class _CrossModalRetrieval(Metric):
         if not isinstance(normalize, bool):
             raise ValueError(f"`normalize` must be a bool; got {normalize!r}")
         self.normalize = normalize
-        self.chunk_size = check_chunk_size(chunk_size)
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
         self.add_state("image", [], dist_reduce_fx="cat")
         self.add_state("text", [], dist_reduce_fx="cat")
         self.add_state("labels", [], dist_reduce_fx="cat")
@@ -66,8 +67,7 @@ class _CrossModalRetrieval(Metric):
         image, text, labels = check_pairs(image, text, labels)
         # appended even when empty: a rank whose list states hold (empty) tensors agrees with the others on their
         # dtype and shape, so its syncs stay on the engine's one-collective path
-        if self.normalize:  # normalized once here rather than at every compute
-            image, text = torch.nn.functional.normalize(image, dim=-1), torch.nn.functional.normalize(text, dim=-1)
+        image, text = embed(image, self.normalize), embed(text, self.normalize)  # once here, not at every compute
         self.image.append(image.to(self.dtype))
         self.text.append(text.to(self.dtype))
         missing = torch.full((image.shape[0],), -1, dtype=torch.int64, device=image.device)
@@ -81,8 +81,7 @@ class _CrossModalRetrieval(Metric):
         else:
             image, text, labels = dim_zero_cat(self.image), dim_zero_cat(self.text), dim_zero_cat(self.labels)
             labels = labels if bool((labels >= 0).any()) else None
-        pairs = {"i2t": (image, text), "t2i": (text, image)}
-        return {d: query_scores(*pairs[d], labels, self.chunk_size, ap_k) for d in self.directions}
+        return score_directions(image, text, labels, self.directions, self.chunk_size, ap_k)
 
     def _ranks(self) -> dict[str, torch.Tensor]:
         return {d: ranks for d, (ranks, _) in self._scored().items()}

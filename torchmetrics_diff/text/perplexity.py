@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from torchmetrics_diff.functional._classification import check_ignore_index
 from torchmetrics_diff.functional._text import perplexity_from_stats, perplexity_stats
 from torchmetrics_diff.metric import Metric
 
@@ -44,8 +45,7 @@ class Perplexity(Metric):
 
     def __init__(self, ignore_index: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if ignore_index is not None and (not isinstance(ignore_index, int) or isinstance(ignore_index, bool)):
-            raise ValueError(f"`ignore_index` must be an int or None; got {ignore_index!r}")
+        check_ignore_index(ignore_index)
         self.ignore_index = ignore_index
         self.add_state("total", torch.tensor(0.0), dist_reduce_fx="sum")
         self.add_state("count", torch.tensor(0), dist_reduce_fx="sum")
