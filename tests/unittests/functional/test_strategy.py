@@ -167,7 +167,7 @@ def _reference(x: Tensor, y: Tensor) -> tuple[float, Tensor, Tensor]:
     logits = x @ y.T
     loss = (torch.logsumexp(logits, dim=1) - logits.diagonal()).mean()
     gx, gy = torch.autograd.grad(loss, (x, y))
-    return float(loss), gx, gy
+    return float(loss.detach()), gx, gy
 
 
 def _rows_on_rank(rank: int, world: int, cases: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
