@@ -38,8 +38,7 @@ def _peak_mib() -> float:
 
 def _simulated_rank(_rank: int, _world: int, strategy: str, world: int, n: int, d: int, repeats: int) -> dict:
     """One rank's loss step at world size ``world`` (no collectives): seconds and peak RSS above baseline."""
-    from torchmetrics_diff.functional import clip_block
-    from torchmetrics_diff.functional._fused import clip_sum
+    from torchmetrics_diff.functional import clip_block, clip_sum
 
     gen = torch.Generator().manual_seed(0)
     img = torch.nn.functional.normalize(torch.randn(n, d, generator=gen), dim=1)

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from _timing import Check, fx, ms, run_spawned, table
 
-from torchmetrics_diff.functional._ring import DEFAULT_TILE
+from torchmetrics_diff.functional._strategy import DEFAULT_TILE
 
 N_BIG, D_BIG, W_BIG = 16384, 256, 4
 TILE = DEFAULT_TILE  # the ring's default tile
@@ -162,13 +162,14 @@ def _exact_loss(kind: str, x: dict[str, torch.Tensor], fn: dict[str, Callable]) 
 
 def _exact_worker(rank: int, world: int, sizes: tuple[int, ...]) -> dict:
     """Every ring loss on ``world`` ranks (``grad_reduction="sum"``): each rank's input gradients, the scale's sum."""
-    from torchmetrics_diff.functional import _ring as ring
+    from torchmetrics_diff import functional as F
 
+    ring = {"strategy": "ring", "grad_reduction": "sum"}
     fn = {
-        "clip": lambda a, b, s: ring.ring_clip_loss(a, b, s, grad_reduction="sum", tile=2),
-        "siglip": lambda a, b, s, c: ring.ring_siglip_loss(a, b, s, c, grad_reduction="sum", tile=2),
-        "infonce": lambda a, b, t: ring.ring_info_nce_loss(a, b, t, grad_reduction="sum", tile=3),
-        "supcon": lambda a, y, t: ring.ring_supcon_loss(a, y, t, grad_reduction="sum", tile=2),
+        "clip": lambda a, b, s: F.global_clip_loss(a, b, s, **ring, tile=2),
+        "siglip": lambda a, b, s, c: F.global_siglip_loss(a, b, s, c, **ring, tile=2),
+        "infonce": lambda a, b, t: F.global_info_nce_loss(a, b, t, **ring, tile=3),
+        "supcon": lambda a, y, t: F.global_supcon_loss(a, y, t, **ring, tile=2),
     }
     lo, hi = sum(sizes[:rank]), sum(sizes[: rank + 1])
     out = {}

@@ -2,12 +2,24 @@
 
 ``clip_loss``, ``info_nce_loss``, ... take the *already global* tensors (one process, or tensors you gathered
 yourself); ``*_block`` forms score a block of rows; ``global_*`` forms take each rank's local rows and return the
-global-batch loss with the gradient contract (``strategy="replicated" | "sharded"``). ``clip_sum`` is the one-pass
-CLIP kernel (each logit computed once, across ranks) that ``global_clip_loss`` runs.
+global-batch loss with the gradient contract (``strategy="replicated" | "sharded" | "ring"``, :data:`STRATEGIES`).
+``clip_sum`` is the one-pass CLIP kernel (each logit computed once, across ranks) that ``global_clip_loss`` runs.
+
+Inside, one job per module: ``_checks`` (validation, dtypes, counts, scales), ``_contrastive`` (CLIP, InfoNCE,
+SupCon, SigLIP: block and whole-batch forms), ``_normalized`` (weighted mean, token cross-entropy),
+``_barlow_twins``, ``_kernels`` (the fused autograd kernels, free of communication), ``_strategy`` (the strategies,
+their checks, the replicated and sharded runs), ``_ring`` (the ring kernels) and ``_global`` (the ``global_*``
+functions); the everyday metrics' maths in ``_classification``, ``_regression``, ``_retrieval`` and ``_text``.
 """
 
 from __future__ import annotations
 
+from torchmetrics_diff.functional._barlow_twins import (
+    BarlowTwinsStats,
+    barlow_twins_from_stats,
+    barlow_twins_loss,
+    barlow_twins_stats,
+)
 from torchmetrics_diff.functional._classification import (
     StatScores,
     accuracy,
@@ -19,10 +31,6 @@ from torchmetrics_diff.functional._classification import (
     stat_scores,
 )
 from torchmetrics_diff.functional._contrastive import (
-    BarlowTwinsStats,
-    barlow_twins_from_stats,
-    barlow_twins_loss,
-    barlow_twins_stats,
     clip_block,
     clip_loss,
     info_nce_block,
@@ -31,22 +39,22 @@ from torchmetrics_diff.functional._contrastive import (
     siglip_loss,
     supcon_block,
     supcon_loss,
-    token_cross_entropy,
-    token_cross_entropy_block,
-    weighted_mean,
-    weighted_mean_block,
 )
-from torchmetrics_diff.functional._fused import clip_sum
 from torchmetrics_diff.functional._global import (
-    STRATEGIES,
+    clip_sum,
     global_barlow_twins_loss,
     global_clip_loss,
     global_info_nce_loss,
-    global_rows_loss,
     global_siglip_loss,
     global_supcon_loss,
     global_token_cross_entropy,
     global_weighted_mean,
+)
+from torchmetrics_diff.functional._normalized import (
+    token_cross_entropy,
+    token_cross_entropy_block,
+    weighted_mean,
+    weighted_mean_block,
 )
 from torchmetrics_diff.functional._regression import (
     cosine_similarity,
@@ -62,6 +70,7 @@ from torchmetrics_diff.functional._retrieval import (
     retrieval_ranks,
     retrieval_recall_at_k,
 )
+from torchmetrics_diff.functional._strategy import STRATEGIES, global_rows_loss
 from torchmetrics_diff.functional._text import perplexity
 
 __all__ = [
@@ -91,7 +100,7 @@ __all__ = [
     "token_cross_entropy_block",
     "weighted_mean",
     "weighted_mean_block",
-    # everyday metrics (issue 14)
+    # everyday metrics
     "StatScores",
     "accuracy",
     "auroc",

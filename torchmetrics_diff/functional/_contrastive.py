@@ -1,6 +1,6 @@
-"""Contrastive and normalized losses as pure functions of tensors.
+"""CLIP, InfoNCE (NT-Xent), SupCon and SigLIP as pure functions: each family's block and whole-batch forms.
 
-Every loss comes in two forms:
+Every loss comes in two forms, side by side:
 
 - a *block* form ``*_block(...) -> (loss_sum, count)`` that sums the loss over a contiguous block of
   anchor rows ``[row_start, row_start + n_rows)`` of the global problem, scored against *all* global
@@ -9,144 +9,34 @@ Every loss comes in two forms:
 - a *full-batch* form, the block over all rows divided by the count: the single-device loss.
 
 Summing the block sums of a partition of the rows and dividing by the summed counts gives the
-full-batch value and, by linearity, the full-batch gradient. This is what the distributed layer relies
-on: it gathers the global candidates and calls the block form with its own rows. Nothing here talks to
-``torch.distributed``.
+full-batch value and, by linearity, the full-batch gradient. This is what the strategies rely on
+(:mod:`._strategy`, :mod:`._global`): they gather the global candidates and call the block form with their
+own rows. Nothing here talks to ``torch.distributed``; the logit blocks are scored by the fused kernels of
+:mod:`._kernels`.
 
-Sums and counts are accumulated in at least float32 (half-precision counts are not exact beyond 2048).
-A full-batch loss whose count is zero is ``0`` with a zero gradient, never ``NaN``.
+Sums and counts are accumulated in at least float32; a full-batch loss whose count is zero is ``0`` with a
+zero gradient, never ``NaN``.
 """
 
 from __future__ import annotations
-
-import math
-import operator
-from typing import NamedTuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from torchmetrics_diff.functional._fused import clip_sum, sigmoid_sum, softmax_xent_sum
-
-__all__ = [
-    "BarlowTwinsStats",
-    "barlow_twins_from_stats",
-    "barlow_twins_loss",
-    "barlow_twins_stats",
-    "clip_block",
-    "clip_loss",
-    "info_nce_block",
-    "info_nce_loss",
-    "siglip_block",
-    "siglip_loss",
-    "supcon_block",
-    "supcon_loss",
-    "token_cross_entropy",
-    "token_cross_entropy_block",
-    "weighted_mean",
-    "weighted_mean_block",
-]
-
-Scalar = Union[Tensor, float]
-
-# --------------------------------------------------------------------------------------------------
-# Validation and small helpers
-# --------------------------------------------------------------------------------------------------
-
-
-def _shape(x: Tensor) -> tuple[int, ...]:
-    return tuple(x.shape)
-
-
-def _check_float_tensor(name: str, x: object, ndim: int | tuple[int, ...] | None, layout: str) -> None:
-    """Raise unless ``x`` is a floating tensor of ``ndim`` dims (one of a tuple; ``None``: at least 1)."""
-    if not isinstance(x, Tensor):
-        raise ValueError(f"`{name}` must be a tensor of shape {layout}; got {type(x).__name__}")
-    dims_ok = x.ndim >= 1 if ndim is None else x.ndim in ((ndim,) if isinstance(ndim, int) else ndim)
-    if not dims_ok or not x.is_floating_point():
-        raise ValueError(
-            f"`{name}` must be a floating-point tensor of shape {layout}; got shape {_shape(x)} and dtype {x.dtype}"
-        )
-
-
-def _check_same_shape(name: str, x: Tensor, ref_name: str, ref: Tensor) -> None:
-    if x.shape != ref.shape:
-        raise ValueError(f"`{name}` must have the same shape as `{ref_name}` {_shape(ref)}; got {_shape(x)}")
-
-
-def _check_trailing(name: str, x: Tensor, ref_name: str, ref: Tensor) -> None:
-    """Raise unless ``x`` and ``ref`` agree in every dimension but the first (the rows)."""
-    if x.shape[1:] != ref.shape[1:]:
-        raise ValueError(
-            f"`{name}` must have the same trailing shape as `{ref_name}` {_shape(ref)[1:]}; got {_shape(x)[1:]}"
-        )
-
-
-def _check_row_block(row_start: int, n_rows: int, local_name: str, total: int, all_name: str) -> int:
-    """Validate that rows ``[row_start, row_start + n_rows)`` lie inside ``[0, total)``."""
-    try:
-        row_start = operator.index(row_start)
-    except TypeError:
-        raise ValueError(f"`row_start` must be an integer; got {type(row_start).__name__}") from None
-    if row_start < 0 or row_start + n_rows > total:
-        raise ValueError(
-            f"`row_start` + rows of `{local_name}` must lie in [0, {total}] (rows of `{all_name}`); "
-            f"got {row_start} + {n_rows} = {row_start + n_rows}"
-        )
-    return row_start
-
-
-def _check_scalar(name: str, value: object, positive: bool = False) -> Scalar:
-    """A real number (finite, and positive if asked) or a one-element floating tensor (returned as 0-d).
-
-    Tensor values are not inspected: that would force a device synchronization on every call.
-    """
-    if isinstance(value, Tensor):
-        if value.numel() != 1 or not value.is_floating_point():
-            raise ValueError(
-                f"`{name}` must be a number or a one-element floating-point tensor; "
-                f"got shape {_shape(value)} and dtype {value.dtype}"
-            )
-        return value.reshape(())
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"`{name}` must be a number or a one-element floating-point tensor; got {value!r}")
-    if not math.isfinite(value) or (positive and not value > 0):
-        kind = "finite positive number" if positive else "finite number"
-        raise ValueError(f"`{name}` must be a {kind}; got {value!r}")
-    return float(value)
-
-
-def _check_labels(name: str, labels: Tensor, n: int) -> None:
-    if not isinstance(labels, Tensor) or labels.is_floating_point() or labels.is_complex():
-        got = f"dtype {labels.dtype}" if isinstance(labels, Tensor) else type(labels).__name__
-        raise ValueError(f"`{name}` must be an integer tensor of shape ({n},); got {got}")
-    if labels.shape != (n,):
-        raise ValueError(f"`{name}` must have shape ({n},); got {_shape(labels)}")
-
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype sums and counts are accumulated in: at least float32."""
-    return torch.promote_types(dtype, torch.float32)
-
-
-def _count(n: int | Tensor, like: Tensor) -> Tensor:
-    """A 0-d float count on ``like``'s device, in the accumulation dtype."""
-    dtype = _acc_dtype(like.dtype)
-    if isinstance(n, Tensor):
-        return n.to(dtype=dtype).reshape(())
-    return torch.tensor(float(n), dtype=dtype, device=like.device)
-
-
-def _safe_divide(total: Tensor, count: Tensor) -> Tensor:
-    """``total / count``, and ``0`` with zero gradient where ``count == 0``."""
-    nonzero = count != 0
-    return torch.where(nonzero, total / torch.where(nonzero, count, torch.ones_like(count)), 0.0)
-
-
-# --------------------------------------------------------------------------------------------------
-# CLIP
-# --------------------------------------------------------------------------------------------------
+from torchmetrics_diff.functional._checks import (
+    Scalar,
+    as_count,
+    check_float_tensor,
+    check_labels,
+    check_row_block,
+    check_same_shape,
+    check_scalar,
+    check_trailing,
+    reciprocal,
+    safe_divide,
+)
+from torchmetrics_diff.functional._kernels import clip_block_sum, sigmoid_sum, softmax_xent_sum
 
 
 def clip_block(
@@ -191,24 +81,24 @@ def clip_block(
         >>> total / count == clip_loss(img, txt, 1.0)
         tensor(True)
     """
-    _check_float_tensor("img_all", img_all, 2, "(N, D)")
-    _check_same_shape("txt_all", txt_all, "img_all", img_all)
-    _check_float_tensor("img_local", img_local, 2, "(n, D)")
-    _check_trailing("img_local", img_local, "img_all", img_all)
-    _check_same_shape("txt_local", txt_local, "img_local", img_local)
-    scale = _check_scalar("logit_scale", logit_scale)
+    check_float_tensor("img_all", img_all, 2, "(N, D)")
+    check_same_shape("txt_all", txt_all, "img_all", img_all)
+    check_float_tensor("img_local", img_local, 2, "(n, D)")
+    check_trailing("img_local", img_local, "img_all", img_all)
+    check_same_shape("txt_local", txt_local, "img_local", img_local)
+    scale = check_scalar("logit_scale", logit_scale)
     n = img_local.shape[0]
-    row_start = _check_row_block(row_start, n, "img_local", img_all.shape[0], "img_all")
+    row_start = check_row_block(row_start, n, "img_local", img_all.shape[0], "img_all")
 
     big_n = img_all.shape[0]
     if n == big_n:  # the whole batch: one (N, N) block gives both directions
-        return clip_sum(img_local, txt_local, scale), _count(n, img_local)
+        return clip_block_sum(img_local, txt_local, scale), as_count(n, img_local)
     # a partial block: its image rows against every text, its text rows against every image
     own = torch.arange(row_start, row_start + n, device=img_local.device)
     every = torch.arange(big_n, device=img_local.device)
     i2t, _ = softmax_xent_sum(img_local, txt_all, scale, own, every, None, big_n)
     t2i, _ = softmax_xent_sum(txt_local, img_all, scale, own, every, None, big_n)
-    return (i2t + t2i) / 2, _count(n, img_local)
+    return (i2t + t2i) / 2, as_count(n, img_local)
 
 
 def clip_loss(img: Tensor, txt: Tensor, logit_scale: Scalar) -> Tensor:
@@ -229,13 +119,7 @@ def clip_loss(img: Tensor, txt: Tensor, logit_scale: Scalar) -> Tensor:
         >>> clip_loss(torch.eye(2), torch.eye(2), logit_scale=1.0)
         tensor(0.3133)
     """
-    total, count = clip_block(img, txt, img, txt, logit_scale, 0)
-    return _safe_divide(total, count)
-
-
-# --------------------------------------------------------------------------------------------------
-# InfoNCE / NT-Xent
-# --------------------------------------------------------------------------------------------------
+    return safe_divide(*clip_block(img, txt, img, txt, logit_scale, 0))
 
 
 def info_nce_block(
@@ -277,14 +161,14 @@ def info_nce_block(
         >>> torch.allclose((total + rest) / 4, info_nce_loss(z1, z2, 0.5))
         True
     """
-    _check_float_tensor("z1_all", z1_all, 2, "(N, D)")
-    _check_same_shape("z2_all", z2_all, "z1_all", z1_all)
-    _check_float_tensor("z1_local", z1_local, 2, "(n, D)")
-    _check_trailing("z1_local", z1_local, "z1_all", z1_all)
-    _check_same_shape("z2_local", z2_local, "z1_local", z1_local)
-    temperature = _check_scalar("temperature", temperature, positive=True)
+    check_float_tensor("z1_all", z1_all, 2, "(N, D)")
+    check_same_shape("z2_all", z2_all, "z1_all", z1_all)
+    check_float_tensor("z1_local", z1_local, 2, "(n, D)")
+    check_trailing("z1_local", z1_local, "z1_all", z1_all)
+    check_same_shape("z2_local", z2_local, "z1_local", z1_local)
+    temperature = check_scalar("temperature", temperature, positive=True)
     n, big_n = z1_local.shape[0], z1_all.shape[0]
-    row_start = _check_row_block(row_start, n, "z1_local", big_n, "z1_all")
+    row_start = check_row_block(row_start, n, "z1_local", big_n, "z1_all")
 
     anchors = F.normalize(torch.cat([z1_local, z2_local]), dim=1)
     candidates = F.normalize(torch.cat([z1_all, z2_all]), dim=1)
@@ -294,18 +178,13 @@ def info_nce_block(
     total, _ = softmax_xent_sum(
         anchors,
         candidates,
-        _reciprocal(temperature),
+        reciprocal(temperature),
         torch.cat([rows, rows]),
         torch.cat([samples, samples]),
         torch.cat([rows, rows + big_n]),
         big_n,
     )
-    return total, _count(2 * n, anchors)
-
-
-def _reciprocal(temperature: Scalar) -> Scalar:
-    """``1 / temperature``: the fused kernels multiply the (n, D) anchors by a scale."""
-    return 1.0 / temperature if isinstance(temperature, float) else temperature.reciprocal()
+    return total, as_count(2 * n, anchors)
 
 
 def info_nce_loss(z1: Tensor, z2: Tensor, temperature: Scalar = 0.1) -> Tensor:
@@ -328,13 +207,7 @@ def info_nce_loss(z1: Tensor, z2: Tensor, temperature: Scalar = 0.1) -> Tensor:
         >>> info_nce_loss(z, z, temperature=1.0)
         tensor(0.5514)
     """
-    total, count = info_nce_block(z1, z2, z1, z2, temperature, 0)
-    return _safe_divide(total, count)
-
-
-# --------------------------------------------------------------------------------------------------
-# SupCon
-# --------------------------------------------------------------------------------------------------
+    return safe_divide(*info_nce_block(z1, z2, z1, z2, temperature, 0))
 
 
 def supcon_block(
@@ -375,29 +248,29 @@ def supcon_block(
         >>> supcon_block(feats[2:], feats, labels, 1.0, row_start=2)  # label 1 has no positive
         (tensor(0.), tensor(0.))
     """
-    _check_float_tensor("features_all", features_all, (2, 3), "(N, D) or (N, V, D)")
-    _check_float_tensor("features_local", features_local, features_all.ndim, "like `features_all`")
-    _check_trailing("features_local", features_local, "features_all", features_all)
-    temperature = _check_scalar("temperature", temperature, positive=True)
+    check_float_tensor("features_all", features_all, (2, 3), "(N, D) or (N, V, D)")
+    check_float_tensor("features_local", features_local, features_all.ndim, "like `features_all`")
+    check_trailing("features_local", features_local, "features_all", features_all)
+    temperature = check_scalar("temperature", temperature, positive=True)
     n, big_n = features_local.shape[0], features_all.shape[0]
     if labels_all is None:
         labels_all = torch.arange(big_n, device=features_all.device)
-    _check_labels("labels_all", labels_all, big_n)
-    row_start = _check_row_block(row_start, n, "features_local", big_n, "features_all")
+    check_labels("labels_all", labels_all, big_n)
+    row_start = check_row_block(row_start, n, "features_local", big_n, "features_all")
 
     views = features_all.shape[1] if features_all.ndim == 3 else 1
     dim = features_all.shape[-1]
     anchors = F.normalize(features_local.reshape(n * views, dim), dim=1)
     candidates = F.normalize(features_all.reshape(big_n * views, dim), dim=1)
-    label_ids, n_classes = _class_ids(labels_all)
+    label_ids, n_classes = class_ids(labels_all)
     cand_cls = label_ids.repeat_interleave(views)
     own = torch.arange(row_start * views, (row_start + n) * views, device=anchors.device)
-    scale = _reciprocal(temperature)
+    scale = reciprocal(temperature)
     total, count = softmax_xent_sum(anchors, candidates, scale, cand_cls[own], cand_cls, own, n_classes)
-    return total, _count(count, anchors)
+    return total, as_count(count, anchors)
 
 
-def _class_ids(labels: Tensor) -> tuple[Tensor, int]:
+def class_ids(labels: Tensor) -> tuple[Tensor, int]:
     """Labels as dense ids ``0 .. K-1`` and ``K``.
 
     Eagerly ``torch.unique``; under ``torch.compile`` (where the number of classes would be a data-dependent shape
@@ -405,7 +278,7 @@ def _class_ids(labels: Tensor) -> tuple[Tensor, int]:
 
     Example:
         >>> import torch
-        >>> _class_ids(torch.tensor([7, 3, 7]))
+        >>> class_ids(torch.tensor([7, 3, 7]))
         (tensor([1, 0, 1]), 2)
     """
     if not torch.compiler.is_compiling():
@@ -444,13 +317,7 @@ def supcon_loss(features: Tensor, labels: Tensor | None = None, temperature: Sca
         >>> supcon_loss(feats, torch.tensor([0, 1, 2]), temperature=1.0)  # no positives at all
         tensor(0.)
     """
-    total, count = supcon_block(features, features, labels, temperature, 0)
-    return _safe_divide(total, count)
-
-
-# --------------------------------------------------------------------------------------------------
-# SigLIP
-# --------------------------------------------------------------------------------------------------
+    return safe_divide(*supcon_block(features, features, labels, temperature, 0))
 
 
 def siglip_block(
@@ -484,15 +351,15 @@ def siglip_block(
         >>> siglip_block(img[:1], txt, 1.0, 0.0, row_start=0)
         (tensor(1.0064), tensor(1.))
     """
-    _check_float_tensor("txt_all", txt_all, 2, "(N, D)")
-    _check_float_tensor("img_local", img_local, 2, "(n, D)")
-    _check_trailing("img_local", img_local, "txt_all", txt_all)
-    scale = _check_scalar("logit_scale", logit_scale)
-    bias = _check_scalar("logit_bias", logit_bias)
+    check_float_tensor("txt_all", txt_all, 2, "(N, D)")
+    check_float_tensor("img_local", img_local, 2, "(n, D)")
+    check_trailing("img_local", img_local, "txt_all", txt_all)
+    scale = check_scalar("logit_scale", logit_scale)
+    bias = check_scalar("logit_bias", logit_bias)
     n = img_local.shape[0]
-    row_start = _check_row_block(row_start, n, "img_local", txt_all.shape[0], "txt_all")
+    row_start = check_row_block(row_start, n, "img_local", txt_all.shape[0], "txt_all")
 
-    return sigmoid_sum(img_local, txt_all, scale, bias, row_start), _count(n, img_local)
+    return sigmoid_sum(img_local, txt_all, scale, bias, row_start), as_count(n, img_local)
 
 
 def siglip_loss(img: Tensor, txt: Tensor, logit_scale: Scalar, logit_bias: Scalar) -> Tensor:
@@ -512,314 +379,6 @@ def siglip_loss(img: Tensor, txt: Tensor, logit_scale: Scalar, logit_bias: Scala
         >>> siglip_loss(torch.eye(2), torch.eye(2), logit_scale=10.0, logit_bias=-5.0)
         tensor(0.0134)
     """
-    _check_float_tensor("img", img, 2, "(N, D)")
-    _check_same_shape("txt", txt, "img", img)
-    total, count = siglip_block(img, txt, logit_scale, logit_bias, 0)
-    return _safe_divide(total, count)
-
-
-# --------------------------------------------------------------------------------------------------
-# Weighted / masked means
-# --------------------------------------------------------------------------------------------------
-
-
-def weighted_mean_block(
-    values: Tensor,
-    weight: Tensor | float | None = None,
-    mask: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Weighted sum of ``values`` and the sum of the weights.
-
-    Args:
-        values: any shape; non-floating values are cast to the default float dtype.
-        weight: broadcastable to ``values``' shape; ``None`` means 1.
-        mask: bool, broadcastable to ``values``' shape; masked-out elements count as weight 0 and are
-            excluded with ``torch.where``, so non-finite values there (padding) do not leak in.
-
-    Returns:
-        ``(sum(values * weight), sum(weight))``: 0-d tensors; ``weight`` is expanded to ``values``'
-        shape before it is summed.
-
-    Raises:
-        ValueError: if ``weight`` or ``mask`` does not broadcast to ``values``' shape, or ``mask`` is not
-            bool.
-
-    Example:
-        >>> import torch
-        >>> values = torch.tensor([1.0, 2.0, float("nan")])
-        >>> weighted_mean_block(values, mask=torch.tensor([True, True, False]))
-        (tensor(3.), tensor(2.))
-        >>> weighted_mean_block(torch.tensor([1.0, 2.0]), weight=torch.tensor([3.0, 1.0]))
-        (tensor(5.), tensor(4.))
-    """
-    if not isinstance(values, Tensor):
-        raise ValueError(f"`values` must be a tensor; got {type(values).__name__}")
-    if not values.is_floating_point():
-        values = values.to(torch.get_default_dtype())
-    acc = _acc_dtype(values.dtype)
-    if weight is None:
-        weight = torch.ones((), dtype=values.dtype, device=values.device)
-    elif not isinstance(weight, Tensor):
-        weight = torch.tensor(float(weight), dtype=values.dtype, device=values.device)
-    _check_broadcast("weight", weight, values)
-    weighted = values * weight
-    weight = weight.expand(values.shape)
-    if mask is not None:
-        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            got = f"dtype {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
-            raise ValueError(f"`mask` must be a bool tensor; got {got}")
-        _check_broadcast("mask", mask, values)
-        weighted = torch.where(mask, weighted, torch.zeros_like(weighted))
-        weight = torch.where(mask, weight, torch.zeros_like(weight))
-    return weighted.to(acc).sum(), weight.to(acc).sum()
-
-
-def weighted_mean(
-    values: Tensor,
-    weight: Tensor | float | None = None,
-    mask: Tensor | None = None,
-) -> Tensor:
-    """Weighted mean ``sum(values * weight) / sum(weight)``; ``0`` with zero gradient if no weight.
-
-    Args:
-        values: any shape.
-        weight: broadcastable to ``values``' shape; ``None`` means 1.
-        mask: bool, broadcastable to ``values``' shape; equivalent to a 0/1 weight.
-
-    Returns:
-        A 0-d tensor.
-
-    Example:
-        >>> import torch
-        >>> weighted_mean(torch.tensor([1.0, 2.0, 6.0]), mask=torch.tensor([True, True, False]))
-        tensor(1.5000)
-    """
-    return _safe_divide(*weighted_mean_block(values, weight, mask))
-
-
-def _check_broadcast(name: str, x: Tensor, values: Tensor) -> None:
-    try:
-        shape = torch.broadcast_shapes(x.shape, values.shape)
-    except RuntimeError:
-        shape = None
-    if shape != values.shape:
-        raise ValueError(f"`{name}` must broadcast to the shape of `values` {_shape(values)}; got {_shape(x)}")
-
-
-def token_cross_entropy_block(
-    logits: Tensor,
-    target: Tensor,
-    ignore_index: int = -100,
-    label_smoothing: float = 0.0,
-) -> tuple[Tensor, Tensor]:
-    """Sum of per-token cross-entropies over non-ignored tokens, and their number.
-
-    Args:
-        logits: unnormalized scores (..., C), the class dimension last.
-        target: class indices (...), the shape of ``logits`` without its last dimension.
-        ignore_index: target value of tokens to skip (padding).
-        label_smoothing: in ``[0, 1]``, as in :func:`torch.nn.functional.cross_entropy`.
-
-    Returns:
-        ``(loss_sum, count)``: 0-d tensors; ``count`` is the number of tokens whose target is not
-        ``ignore_index``.
-
-    Raises:
-        ValueError: on mismatched shapes, a non-integer target or ``label_smoothing`` outside ``[0, 1]``.
-
-    Example:
-        >>> import torch
-        >>> logits = torch.zeros(2, 3, 4)  # (batch, sequence, classes): uniform predictions
-        >>> target = torch.tensor([[1, 2, -100], [3, -100, -100]])
-        >>> total, count = token_cross_entropy_block(logits, target)
-        >>> count, torch.allclose(total, 3 * torch.log(torch.tensor(4.0)))
-        (tensor(3.), True)
-    """
-    _check_float_tensor("logits", logits, None, "(..., C)")
-    if not isinstance(target, Tensor) or target.is_floating_point() or target.is_complex():
-        got = f"dtype {target.dtype}" if isinstance(target, Tensor) else type(target).__name__
-        raise ValueError(f"`target` must be an integer tensor of shape {_shape(logits)[:-1]}; got {got}")
-    if target.shape != logits.shape[:-1]:
-        raise ValueError(
-            f"`target` must have the shape of `logits` without its last dimension {_shape(logits)[:-1]}; "
-            f"got {_shape(target)}"
-        )
-    if isinstance(label_smoothing, bool) or not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"`label_smoothing` must be a number in [0, 1]; got {label_smoothing!r}")
-
-    flat_target = target.reshape(-1).long()
-    per_token = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
-        flat_target,
-        ignore_index=ignore_index,
-        reduction="none",
-        label_smoothing=label_smoothing,
-    )
-    acc = _acc_dtype(logits.dtype)
-    return per_token.to(acc).sum(), _count((flat_target != ignore_index).sum(), logits)
-
-
-def token_cross_entropy(
-    logits: Tensor,
-    target: Tensor,
-    ignore_index: int = -100,
-    label_smoothing: float = 0.0,
-) -> Tensor:
-    """Mean cross-entropy over the non-ignored tokens; ``0`` with zero gradient if all are ignored.
-
-    Args:
-        logits: unnormalized scores (..., C), the class dimension last.
-        target: class indices (...).
-        ignore_index: target value of tokens to skip (padding).
-        label_smoothing: in ``[0, 1]``, as in :func:`torch.nn.functional.cross_entropy`.
-
-    Returns:
-        A 0-d tensor.
-
-    Example:
-        >>> import torch
-        >>> token_cross_entropy(torch.zeros(1, 2, 2), torch.tensor([[0, -100]]))
-        tensor(0.6931)
-    """
-    return _safe_divide(*token_cross_entropy_block(logits, target, ignore_index, label_smoothing))
-
-
-# --------------------------------------------------------------------------------------------------
-# Barlow Twins
-# --------------------------------------------------------------------------------------------------
-
-
-class BarlowTwinsStats(NamedTuple):
-    """Additive sufficient statistics of Barlow Twins' cross-correlation over a set of rows.
-
-    Every field is a sum over rows, so the statistics of a union of shards are the field-wise sums
-    (:meth:`merge`, or one ``all_reduce(sum)`` per field).
-    """
-
-    sum_a: Tensor  #: ``sum_k za[k]``, (D,)
-    sum_sq_a: Tensor  #: ``sum_k za[k] ** 2``, (D,)
-    sum_b: Tensor  #: ``sum_k zb[k]``, (D,)
-    sum_sq_b: Tensor  #: ``sum_k zb[k] ** 2``, (D,)
-    sum_ab: Tensor  #: ``sum_k outer(za[k], zb[k])``, (D, D)
-    count: Tensor  #: number of rows, 0-d float
-
-    def merge(self, other: BarlowTwinsStats) -> BarlowTwinsStats:
-        """The statistics of the union of both row sets."""
-        return BarlowTwinsStats(*(mine + theirs for mine, theirs in zip(self, other)))
-
-
-def barlow_twins_stats(za: Tensor, zb: Tensor) -> BarlowTwinsStats:
-    """Differentiable sufficient statistics of a shard of embeddings for :func:`barlow_twins_from_stats`.
-
-    Args:
-        za: embeddings of the first view (n, D); n may be 0.
-        zb: embeddings of the second view (n, D).
-
-    Returns:
-        :class:`BarlowTwinsStats` of the rows, in the accumulation dtype (at least float32).
-
-    Raises:
-        ValueError: if ``za`` is not a floating (n, D) tensor or ``zb`` has another shape.
-
-    Example:
-        >>> import torch
-        >>> gen = torch.Generator().manual_seed(0)
-        >>> za, zb = torch.randn(10, 4, generator=gen), torch.randn(10, 4, generator=gen)
-        >>> merged = barlow_twins_stats(za[:3], zb[:3]).merge(barlow_twins_stats(za[3:], zb[3:]))
-        >>> torch.allclose(barlow_twins_from_stats(merged), barlow_twins_loss(za, zb), atol=1e-5)
-        True
-    """
-    _check_float_tensor("za", za, 2, "(n, D)")
-    _check_same_shape("zb", zb, "za", za)
-    acc = _acc_dtype(za.dtype)
-    za, zb = za.to(acc), zb.to(acc)
-    return BarlowTwinsStats(
-        sum_a=za.sum(dim=0),
-        sum_sq_a=(za * za).sum(dim=0),
-        sum_b=zb.sum(dim=0),
-        sum_sq_b=(zb * zb).sum(dim=0),
-        sum_ab=za.T @ zb,
-        count=_count(za.shape[0], za),
-    )
-
-
-def barlow_twins_from_stats(
-    stats: BarlowTwinsStats | tuple[Tensor, ...],
-    lambda_offdiag: float = 5e-3,
-    eps: float = 1e-5,
-) -> Tensor:
-    """Barlow Twins loss (Zbontar et al., 2021) from (summed) sufficient statistics.
-
-    ``C_ij = (E[za_i zb_j] - mu_a_i mu_b_j) / (sigma_a_i sigma_b_j)`` with the population variance plus
-    ``eps`` (``sigma = sqrt(var + eps)``, as a BatchNorm without affine in training mode), and
-    ``loss = sum_i (1 - C_ii) ** 2 + lambda_offdiag * sum_{i != j} C_ij ** 2``.
-
-    The variance comes from raw moments (``E[x^2] - E[x]^2``, clamped at 0), which is what makes the
-    statistics additive; in float32 it loses precision when ``|mean|`` dwarfs the standard deviation.
-    With ``count == 0`` every moment is taken as 0 (loss ``D``), never ``NaN``.
-
-    Args:
-        stats: :class:`BarlowTwinsStats` or a tuple of its six fields in order.
-        lambda_offdiag: weight of the off-diagonal (redundancy reduction) term.
-        eps: added to each variance, as BatchNorm's ``eps``.
-
-    Returns:
-        The loss, a 0-d tensor.
-
-    Raises:
-        ValueError: on stats of inconsistent shapes or a negative / non-finite ``eps`` or ``lambda_offdiag``.
-
-    Example:
-        >>> import torch
-        >>> za = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
-        >>> barlow_twins_from_stats(barlow_twins_stats(za, -za), eps=0.0)  # C = -I
-        tensor(8.)
-    """
-    sum_a, sum_sq_a, sum_b, sum_sq_b, sum_ab, count = stats
-    dim = sum_a.shape[0] if isinstance(sum_a, Tensor) and sum_a.ndim == 1 else None
-    for name, field, shape in [
-        ("stats.sum_a", sum_a, (dim,)),
-        ("stats.sum_sq_a", sum_sq_a, (dim,)),
-        ("stats.sum_b", sum_b, (dim,)),
-        ("stats.sum_sq_b", sum_sq_b, (dim,)),
-        ("stats.sum_ab", sum_ab, (dim, dim)),
-        ("stats.count", count, ()),
-    ]:
-        if dim is None or not isinstance(field, Tensor) or field.shape != shape:
-            got = _shape(field) if isinstance(field, Tensor) else type(field).__name__
-            raise ValueError(f"`{name}` must have shape {shape if dim is not None else '(D,)'}; got {got}")
-    for name, value in [("lambda_offdiag", lambda_offdiag), ("eps", eps)]:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-            raise ValueError(f"`{name}` must be a finite non-negative number; got {value!r}")
-
-    n = count.clamp(min=1)
-    mean_a, mean_b = sum_a / n, sum_b / n
-    var_a = (sum_sq_a / n - mean_a * mean_a).clamp(min=0)
-    var_b = (sum_sq_b / n - mean_b * mean_b).clamp(min=0)
-    cov = sum_ab / n - mean_a[:, None] * mean_b[None, :]
-    corr = cov / torch.sqrt((var_a + eps)[:, None] * (var_b + eps)[None, :])
-    on_diag = (1 - torch.diagonal(corr)).pow(2).sum()
-    eye = torch.eye(corr.shape[0], dtype=torch.bool, device=corr.device)
-    off_diag = corr.masked_fill(eye, 0.0).pow(2).sum()
-    return on_diag + lambda_offdiag * off_diag
-
-
-def barlow_twins_loss(za: Tensor, zb: Tensor, lambda_offdiag: float = 5e-3, eps: float = 1e-5) -> Tensor:
-    """Barlow Twins loss of a full batch.
-
-    Args:
-        za: embeddings of the first view (N, D).
-        zb: embeddings of the second view (N, D).
-        lambda_offdiag: weight of the off-diagonal term.
-        eps: added to each variance, as BatchNorm's ``eps``.
-
-    Returns:
-        The loss, a 0-d tensor.
-
-    Example:
-        >>> import torch
-        >>> z = torch.tensor([[1.0, 2.0], [-1.0, -2.0]])
-        >>> barlow_twins_loss(z, z, eps=0.0)  # the two features are fully correlated
-        tensor(0.0100)
-    """
-    return barlow_twins_from_stats(barlow_twins_stats(za, zb), lambda_offdiag, eps)
+    check_float_tensor("img", img, 2, "(N, D)")
+    check_same_shape("txt", txt, "img", img)
+    return safe_divide(*siglip_block(img, txt, logit_scale, logit_bias, 0))

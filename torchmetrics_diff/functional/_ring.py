@@ -1,4 +1,4 @@
-"""The ``"ring"`` strategy of the contrastive losses: per-rank memory independent of the global batch (DESIGN §5).
+"""The ``"ring"`` strategy of the contrastive losses: per-rank memory independent of the global batch.
 
 Each rank keeps its own rows as anchors and streams every rank's candidate block past them around the ring
 (:func:`~torchmetrics_diff.distributed._ring.circulate`): the block of step ``k + 1`` travels to this rank
@@ -10,7 +10,8 @@ after ``W`` steps. A rank holds its own rows, at most two foreign blocks, three 
 a few ``(B, tile)`` tiles: ``O(B·D + B·tile)`` whatever the number of ranks.
 
 Kernels (each a :class:`torch.autograd.Function` over ``L = (s·A) @ C.T``, gradients ``s·G @ C``, ``G.T @ (s·A)``
-and ``Σ A ⊙ (G @ C)`` for the anchors, the candidates and the scale, as in :mod:`._fused`):
+and ``Σ A ⊙ (G @ C)`` for the anchors, the candidates and the scale, as in :mod:`._kernels`, but over tiles of
+streamed blocks where those score one block held whole):
 
 - :class:`_RingXent`: ``Σ_a [lse_{k ≠ a} L_ak - mean_{p ∈ P(a)} L_ap]`` over anchors with a positive; the
   candidates are the anchors of every rank (InfoNCE: both views, classes = samples; SupCon: classes = labels).
@@ -23,12 +24,15 @@ and ``Σ A ⊙ (G @ C)`` for the anchors, the candidates and the scale, as in :m
 
 The terms that only involve a rank's own rows (CLIP's and SigLIP's diagonal, InfoNCE's positive when it is the
 other local view) are plain autograd outside the kernels.
+
+The ``ring_*`` functions are the ring implementations of the ``global_*`` losses (:mod:`._global`), which check
+the inputs and options (:func:`~._strategy.check_options`) before the first collective; called directly, they
+take checked inputs.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -38,36 +42,9 @@ from torch import Tensor
 from torchmetrics_diff.distributed import all_gather_cat, gather_all_tensors
 from torchmetrics_diff.distributed._backend import Group, dtype_code, dtype_from_code
 from torchmetrics_diff.distributed._ring import Ring, circulate
-from torchmetrics_diff.functional._contrastive import (
-    Scalar,
-    _check_float_tensor,
-    _check_labels,
-    _check_scalar,
-    _count,
-    _safe_divide,
-)
-from torchmetrics_diff.functional._fused import _acc, _as_scale, _needs_grad
-from torchmetrics_diff.functional._global import _check_options, _check_views, _sharded_value, checked_together
-
-__all__ = ["DEFAULT_TILE", "ring_clip_loss", "ring_info_nce_loss", "ring_siglip_loss", "ring_supcon_loss"]
-
-#: candidate columns per logit tile: a (B, 64) float32 tile is 256 KiB per 1024 anchor rows. Small, so that the
-#: tiles (two per step in backward) stay below the ring's fixed B x D buffers: 8x less peak memory than the
-#: one-pass sharded kernel at N=16384, W=4, for about 1.35x its time (512: 1.2x the time, 5x less memory)
-DEFAULT_TILE = 64
-
-
-def check_tile(tile: object) -> int:
-    """``tile`` as an ``int`` ≥ 1, or a ``ValueError`` naming it (``None``: :data:`DEFAULT_TILE`)."""
-    if tile is None:
-        return DEFAULT_TILE
-    try:
-        value = operator.index(tile)  # type: ignore[arg-type]
-    except TypeError:
-        value = None
-    if value is None or isinstance(tile, bool) or value < 1:
-        raise ValueError(f"`tile` must be a positive integer (candidate columns per logit tile); got {tile!r}")
-    return value
+from torchmetrics_diff.functional._checks import Scalar, acc_dtype, as_count, as_scale, needs_grad, reciprocal
+from torchmetrics_diff.functional._contrastive import class_ids
+from torchmetrics_diff.functional._strategy import Options, sharded_value
 
 
 # ------------------------------------------------------------------------------------------------- the plan
@@ -86,20 +63,22 @@ class _Plan(NamedTuple):
         return [torch.empty(self.rows[owner], self.width, dtype=self.dtype, device=self.device)]
 
     def empty_grad(self, owner: int) -> Tensor:
-        return torch.empty(self.rows[owner], self.width, dtype=_acc(self.dtype), device=self.device)
+        return torch.empty(self.rows[owner], self.width, dtype=acc_dtype(self.dtype), device=self.device)
 
-    def tiles(self, owner: int) -> range:
-        return range(0, self.rows[owner], self.tile)
+    def tiles(self, owner: int) -> Iterator[tuple[int, int]]:
+        """``(lo, hi)``: the candidate rows of each tile of ``owner``'s block."""
+        rows = self.rows[owner]
+        return ((lo, min(lo + self.tile, rows)) for lo in range(0, rows, self.tile))
 
 
-def _plan(group: Group, block: Tensor, tile: int, needs_grad: bool, extra: Sequence[tuple[str, int]] = ()) -> _Plan:
+def _plan(group: Group, block: Tensor, tile: int, wants_grad: bool, extra: Sequence[tuple[str, int]] = ()) -> _Plan:
     """Exchange every rank's block shape, dtype, whether it needs gradient and ``extra`` ``(name, value)`` pairs.
 
     The exchange is the strategy's first collective: a rank whose input checks failed joins it with a failure
     marker (``checked_together``), so every rank raises. Disagreements raise the same error on every rank.
     """
     ring = Ring(group)
-    mine = [block.shape[0], block.shape[1], dtype_code(block.dtype), int(needs_grad), *(v for _, v in extra)]
+    mine = [block.shape[0], block.shape[1], dtype_code(block.dtype), int(wants_grad), *(v for _, v in extra)]
     if ring.size == 1:
         peers = [mine]
     else:
@@ -116,15 +95,9 @@ def _plan(group: Group, block: Tensor, tile: int, needs_grad: bool, extra: Seque
     return _Plan(ring, rows, starts, block.shape[1], block.dtype, block.device, tile)
 
 
-def _global_value(loss_sum: Tensor, count: Tensor, plan: _Plan, group: Group, grad_reduction: str) -> Tensor:
-    if plan.ring.size == 1:
-        return _safe_divide(loss_sum, count)
-    return _sharded_value(loss_sum, count, plan.ring.size, group, grad_reduction)
-
-
 def _logits(a: Tensor, chunk: Tensor, scale: Tensor) -> Tensor:
     """``(s·A) @ C.T`` of a tile, in the accumulation dtype; the scale multiplies the (tile, D) chunk, not A."""
-    return (a @ (chunk * scale.to(chunk.dtype)).T).to(_acc(a.dtype))
+    return (a @ (chunk * scale.to(chunk.dtype)).T).to(acc_dtype(a.dtype))
 
 
 def _lse(logits: Tensor, dim: int, out: Tensor | None = None) -> Tensor:
@@ -175,16 +148,15 @@ def _xent_tile(
     return logits, same
 
 
-def _xent_forward(z: Tensor, scale: Tensor, plan: _Plan, cls_all: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
-    acc = _acc(z.dtype)
+def _stream_xent(z: Tensor, scale: Tensor, plan: _Plan, cls_all: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    acc = acc_dtype(z.dtype)
     rank = plan.ring.rank
     a_cls = cls_all[plan.starts[rank] : plan.starts[rank] + z.shape[0]]
     lse = torch.full((z.shape[0],), -torch.inf, dtype=acc, device=z.device)
     positive = torch.zeros(z.shape[0], dtype=acc, device=z.device)
 
     def visit(owner: int, block: list[Tensor]) -> None:
-        for lo in plan.tiles(owner):
-            hi = min(lo + plan.tile, plan.rows[owner])
+        for lo, hi in plan.tiles(owner):
             c_cls = cls_all[plan.starts[owner] + lo : plan.starts[owner] + hi]
             logits, same = _xent_tile(z, block[0][lo:hi], scale, owner == rank, lo, a_cls, c_cls)
             positive.add_(torch.where(same, logits, 0.0).sum(dim=1))
@@ -199,7 +171,7 @@ def _xent_forward(z: Tensor, scale: Tensor, plan: _Plan, cls_all: Tensor, weight
 class _RingXent(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, z: Tensor, scale: Tensor, plan: _Plan, cls_all: Tensor, weight: Tensor) -> Tensor:
-        value, lse = _xent_forward(z, scale, plan, cls_all, weight)
+        value, lse = _stream_xent(z, scale, plan, cls_all, weight)
         ctx.save_for_backward(z, scale, lse, cls_all, weight)
         ctx.plan = plan
         return value
@@ -221,8 +193,7 @@ class _RingXent(torch.autograd.Function):
         def visit(owner: int, block: list[Tensor]) -> Tensor:
             cand = block[0]
             part = torch.empty(cand.shape, dtype=acc, device=cand.device)
-            for lo in plan.tiles(owner):
-                hi = min(lo + plan.tile, plan.rows[owner])
+            for lo, hi in plan.tiles(owner):
                 c_cls = cls_all[plan.starts[owner] + lo : plan.starts[owner] + hi]
                 logits, same = _xent_tile(z, cand[lo:hi], scale, owner == rank, lo, a_cls, c_cls)
                 g_mat = logits.sub_(lse_safe).exp_().mul_(row_coef).sub_(same * pos_coef).to(z.dtype)
@@ -235,21 +206,20 @@ class _RingXent(torch.autograd.Function):
 
 
 def _xent_sum(z: Tensor, scale: Tensor, plan: _Plan, cls_all: Tensor, weight: Tensor) -> Tensor:
-    if _needs_grad(z, scale):
+    if needs_grad(z, scale):
         return _RingXent.apply(z, scale, plan, cls_all, weight)
-    return _xent_forward(z, scale, plan, cls_all, weight)[0]
+    return _stream_xent(z, scale, plan, cls_all, weight)[0]
 
 
 # --------------------------------------------------------------------------------------------------- CLIP
-def _clip_forward(img: Tensor, txt: Tensor, scale: Tensor, plan: _Plan) -> tuple[Tensor, Tensor, Tensor]:
+def _stream_clip(img: Tensor, txt: Tensor, scale: Tensor, plan: _Plan) -> tuple[Tensor, Tensor, Tensor]:
     """``Σ row lse + Σ own column lse``, the row and the (complete) own column log-sum-exps."""
-    acc = _acc(img.dtype)
+    acc = acc_dtype(img.dtype)
     row_lse = torch.full((img.shape[0],), -torch.inf, dtype=acc, device=img.device)
 
     def visit(owner: int, block: list[Tensor]) -> Tensor:
         col = torch.empty(plan.rows[owner], dtype=acc, device=img.device)
-        for lo in plan.tiles(owner):
-            hi = min(lo + plan.tile, plan.rows[owner])
+        for lo, hi in plan.tiles(owner):
             logits = _logits(img, block[0][lo:hi], scale)
             buffer = torch.empty_like(logits)  # the tile's one temporary, for both directions
             torch.logaddexp(row_lse, _lse(logits, 1, buffer), out=row_lse)
@@ -270,7 +240,7 @@ def _clip_forward(img: Tensor, txt: Tensor, scale: Tensor, plan: _Plan) -> tuple
 class _RingClip(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, img: Tensor, txt: Tensor, scale: Tensor, plan: _Plan) -> Tensor:
-        value, row_lse, col_lse = _clip_forward(img, txt, scale, plan)
+        value, row_lse, col_lse = _stream_clip(img, txt, scale, plan)
         ctx.save_for_backward(img, txt, scale, row_lse, col_lse)
         ctx.plan = plan
         return value
@@ -287,8 +257,7 @@ class _RingClip(torch.autograd.Function):
         def visit(owner: int, block: list[Tensor]) -> Tensor:
             cand, info = block  # info: the owner's column log-sum-exps, then its output gradient
             part = torch.empty(cand.shape, dtype=acc, device=cand.device)
-            for lo in plan.tiles(owner):
-                hi = min(lo + plan.tile, plan.rows[owner])
+            for lo, hi in plan.tiles(owner):
                 logits = _logits(img, cand[lo:hi], scale)
                 by_row = torch.sub(logits, row_lse).exp_().mul_(g)
                 g_mat = logits.sub_(info[lo:hi][None, :]).exp_().mul_(info[-1]).add_(by_row).to(img.dtype)
@@ -306,14 +275,13 @@ class _RingClip(torch.autograd.Function):
 
 
 # -------------------------------------------------------------------------------------------------- SigLIP
-def _sigmoid_forward(img: Tensor, txt: Tensor, scale: Tensor, bias: Tensor, plan: _Plan) -> Tensor:
-    acc = _acc(img.dtype)
+def _stream_sigmoid(img: Tensor, txt: Tensor, scale: Tensor, bias: Tensor, plan: _Plan) -> Tensor:
+    acc = acc_dtype(img.dtype)
     b = bias.to(acc)
     total = torch.zeros((), dtype=acc, device=img.device)
 
     def visit(owner: int, block: list[Tensor]) -> None:
-        for lo in plan.tiles(owner):
-            hi = min(lo + plan.tile, plan.rows[owner])
+        for lo, hi in plan.tiles(owner):
             total.add_(F.softplus(_logits(img, block[0][lo:hi], scale).add_(b)).sum())
 
     circulate(plan.ring, [txt.detach()], plan.empty_block, visit)
@@ -325,13 +293,13 @@ class _RingSigmoid(torch.autograd.Function):
     def forward(ctx: Any, img: Tensor, txt: Tensor, scale: Tensor, bias: Tensor, plan: _Plan) -> Tensor:
         ctx.save_for_backward(img, txt, scale, bias)
         ctx.plan = plan
-        return _sigmoid_forward(img, txt, scale, bias, plan)
+        return _stream_sigmoid(img, txt, scale, bias, plan)
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         img, txt, scale, bias = ctx.saved_tensors
         plan: _Plan = ctx.plan
-        acc = _acc(img.dtype)
+        acc = acc_dtype(img.dtype)
         g, b = grad_out.to(acc), bias.to(acc)
         h = torch.zeros(img.shape, dtype=acc, device=img.device)
         grad_b = torch.zeros((), dtype=acc, device=img.device)
@@ -339,8 +307,7 @@ class _RingSigmoid(torch.autograd.Function):
         def visit(owner: int, block: list[Tensor]) -> Tensor:
             cand = block[0]
             part = torch.empty(cand.shape, dtype=acc, device=cand.device)
-            for lo in plan.tiles(owner):
-                hi = min(lo + plan.tile, plan.rows[owner])
+            for lo, hi in plan.tiles(owner):
                 g_acc = _logits(img, cand[lo:hi], scale).add_(b).sigmoid_().mul_(g)
                 grad_b.add_(g_acc.sum())
                 _tile_grads(h, part[lo:hi], g_acc.to(img.dtype), img, cand[lo:hi])
@@ -353,160 +320,107 @@ class _RingSigmoid(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------------------------------- the losses
-def ring_clip_loss(
-    image_embeds: Tensor,
-    text_embeds: Tensor,
-    logit_scale: Scalar,
-    *,
-    group: Group = None,
-    grad_reduction: str = "mean",
-    tile: int | None = None,
-) -> Tensor:
-    """Symmetric CLIP loss of the global batch with the ring strategy (what ``global_clip_loss`` runs for it).
+def ring_clip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Scalar, options: Options) -> Tensor:
+    """Symmetric CLIP loss of the global batch with the ring strategy: the text blocks travel, images stay.
 
     Args:
         image_embeds: this rank's image embeddings (B, D), used as given.
         text_embeds: this rank's text embeddings (B, D); row i pairs with image row i.
-        logit_scale: the multiplier of the similarities, a number or a one-element tensor (differentiable).
-        group: the process group.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
-        tile: candidate columns per logit tile (default :data:`DEFAULT_TILE`).
+        logit_scale: the multiplier of the similarities, a number or a 0-d tensor (differentiable).
+        options: the checked options (:func:`~._strategy.check_options`): group, grad_reduction, tile.
 
     Example:
         >>> import torch
-        >>> ring_clip_loss(torch.eye(2), torch.eye(2), 1.0, tile=1)  # one process: the plain loss
+        >>> from torchmetrics_diff.functional._strategy import check_options
+        >>> ring_clip_loss(torch.eye(2), torch.eye(2), 1.0, check_options("ring", None, "mean", 1))
         tensor(0.3133)
     """
-    with checked_together(group, image_embeds):
-        _check_views("image_embeds", image_embeds, "text_embeds", text_embeds)
-        scale = _check_scalar("logit_scale", logit_scale)
-        _check_options("ring", grad_reduction)
-        tile = check_tile(tile)
     dtype = torch.promote_types(image_embeds.dtype, text_embeds.dtype)
     img, txt = image_embeds.to(dtype), text_embeds.to(dtype)
-    scale_t = _as_scale(scale, img)
-    needs = _needs_grad(img, txt, scale_t)
-    plan = _plan(group, txt, tile, needs)
-    both = _RingClip.apply(img, txt, scale_t, plan) if needs else _clip_forward(img, txt, scale_t, plan)[0]
+    scale_t = as_scale(logit_scale, img)
+    wants = needs_grad(img, txt, scale_t)
+    plan = _plan(options.group, txt, options.tile, wants)
+    both = _RingClip.apply(img, txt, scale_t, plan) if wants else _stream_clip(img, txt, scale_t, plan)[0]
     diag = ((img * txt).sum() * scale_t.to(dtype)).to(both.dtype)
-    return _global_value(both / 2 - diag, _count(img.shape[0], both), plan, group, grad_reduction)
+    return _value(both / 2 - diag, as_count(img.shape[0], both), plan, options)
 
 
 def ring_siglip_loss(
-    image_embeds: Tensor,
-    text_embeds: Tensor,
-    logit_scale: Scalar,
-    logit_bias: Scalar,
-    *,
-    group: Group = None,
-    grad_reduction: str = "mean",
-    tile: int | None = None,
+    image_embeds: Tensor, text_embeds: Tensor, logit_scale: Scalar, logit_bias: Scalar, options: Options
 ) -> Tensor:
     """SigLIP loss of the global batch with the ring strategy: the text blocks travel, images stay.
 
     Example:
         >>> import torch
-        >>> ring_siglip_loss(torch.eye(2), torch.eye(2), 10.0, -5.0, tile=1)
+        >>> from torchmetrics_diff.functional._strategy import check_options
+        >>> ring_siglip_loss(torch.eye(2), torch.eye(2), 10.0, -5.0, check_options("ring", None, "mean", 1))
         tensor(0.0134)
     """
-    with checked_together(group, image_embeds):
-        _check_views("image_embeds", image_embeds, "text_embeds", text_embeds)
-        scale = _check_scalar("logit_scale", logit_scale)
-        bias = _check_scalar("logit_bias", logit_bias)
-        _check_options("ring", grad_reduction)
-        tile = check_tile(tile)
     dtype = torch.promote_types(image_embeds.dtype, text_embeds.dtype)
     img, txt = image_embeds.to(dtype), text_embeds.to(dtype)
-    scale_t, bias_t = _as_scale(scale, img), _as_scale(bias, img)
-    needs = _needs_grad(img, txt, scale_t, bias_t)
-    plan = _plan(group, txt, tile, needs)
-    if needs:
+    scale_t, bias_t = as_scale(logit_scale, img), as_scale(logit_bias, img)
+    wants = needs_grad(img, txt, scale_t, bias_t)
+    plan = _plan(options.group, txt, options.tile, wants)
+    if wants:
         negatives = _RingSigmoid.apply(img, txt, scale_t, bias_t, plan)
     else:
-        negatives = _sigmoid_forward(img, txt, scale_t, bias_t, plan)
+        negatives = _stream_sigmoid(img, txt, scale_t, bias_t, plan)
     acc = negatives.dtype
     diag = ((img * txt).sum() * scale_t.to(dtype)).to(acc) + img.shape[0] * bias_t.to(acc)
-    return _global_value(negatives - diag, _count(img.shape[0], negatives), plan, group, grad_reduction)
+    return _value(negatives - diag, as_count(img.shape[0], negatives), plan, options)
 
 
-def ring_info_nce_loss(
-    z1: Tensor,
-    z2: Tensor,
-    temperature: Scalar = 0.1,
-    *,
-    group: Group = None,
-    grad_reduction: str = "mean",
-    tile: int | None = None,
-) -> Tensor:
+def ring_info_nce_loss(z1: Tensor, z2: Tensor, temperature: Scalar, options: Options) -> Tensor:
     """NT-Xent loss of the global batch with the ring strategy: both views of a rank's rows travel together.
 
     Example:
         >>> import torch
+        >>> from torchmetrics_diff.functional._strategy import check_options
         >>> z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
-        >>> ring_info_nce_loss(z, z, temperature=0.5, tile=1)
+        >>> ring_info_nce_loss(z, z, 0.5, check_options("ring", None, "mean", 1))
         tensor(0.2395)
     """
-    with checked_together(group, z1):
-        _check_views("z1", z1, "z2", z2)
-        temperature = _check_scalar("temperature", temperature, positive=True)
-        _check_options("ring", grad_reduction)
-        tile = check_tile(tile)
     n = z1.shape[0]
     z = F.normalize(torch.cat([z1, z2.to(z1.dtype)]), dim=1)  # this rank's 2n candidates: view 1, then view 2
-    scale_t = _as_scale(_reciprocal(temperature), z)
-    plan = _plan(group, z, tile, _needs_grad(z, scale_t))
+    scale_t = as_scale(reciprocal(temperature), z)
+    plan = _plan(options.group, z, options.tile, needs_grad(z, scale_t))
     # class of a candidate = its global sample index; the other view is an anchor's only positive
     samples = [torch.arange(s // 2, s // 2 + r // 2, device=z.device) for s, r in zip(plan.starts, plan.rows)]
     cls_all = torch.cat([torch.cat([idx, idx]) for idx in samples])
-    weight = torch.ones(2 * n, dtype=_acc(z.dtype), device=z.device)
+    weight = torch.ones(2 * n, dtype=acc_dtype(z.dtype), device=z.device)
     total = _xent_sum(z, scale_t, plan, cls_all, weight)
-    return _global_value(total, _count(2 * n, total), plan, group, grad_reduction)
+    return _value(total, as_count(2 * n, total), plan, options)
 
 
-def _reciprocal(temperature: Scalar) -> Scalar:
-    return 1.0 / temperature if isinstance(temperature, float) else temperature.reciprocal()
-
-
-def ring_supcon_loss(
-    features: Tensor,
-    labels: Tensor | None = None,
-    temperature: Scalar = 0.1,
-    *,
-    group: Group = None,
-    grad_reduction: str = "mean",
-    tile: int | None = None,
-) -> Tensor:
+def ring_supcon_loss(features: Tensor, labels: Tensor | None, temperature: Scalar, options: Options) -> Tensor:
     """Supervised contrastive loss of the global batch with the ring strategy; labels are gathered once.
 
     Example:
         >>> import torch
+        >>> from torchmetrics_diff.functional._strategy import check_options
         >>> feats = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
-        >>> ring_supcon_loss(feats, torch.tensor([0, 0, 1]), temperature=1.0, tile=2)
+        >>> ring_supcon_loss(feats, torch.tensor([0, 0, 1]), 1.0, check_options("ring", None, "mean", 2))
         tensor(0.4846)
     """
-    with checked_together(group, features):
-        _check_float_tensor("features", features, (2, 3), "(B, D) or (B, V, D)")
-        temperature = _check_scalar("temperature", temperature, positive=True)
-        if labels is not None:
-            _check_labels("labels", labels, features.shape[0])
-        _check_options("ring", grad_reduction)
-        tile = check_tile(tile)
     n, views = features.shape[0], features.shape[1] if features.ndim == 3 else 1
     z = F.normalize(features.reshape(n * views, features.shape[-1]), dim=1)  # sample-major views
-    scale_t = _as_scale(_reciprocal(temperature), z)
+    scale_t = as_scale(reciprocal(temperature), z)
     extra = [("views per sample", views), ("whether labels are given", int(labels is not None))]
-    plan = _plan(group, z, tile, _needs_grad(z, scale_t), extra)
+    plan = _plan(options.group, z, options.tile, needs_grad(z, scale_t), extra)
     if labels is None:
         labels_all = torch.arange(sum(plan.rows) // views, device=z.device)
     elif plan.ring.size == 1:
         labels_all = labels.reshape(-1)
     else:
-        labels_all = all_gather_cat(labels.reshape(-1).to(torch.int64), group, grad="none")
-    _, ids = torch.unique(labels_all, return_inverse=True)
+        labels_all = all_gather_cat(labels.reshape(-1).to(torch.int64), options.group, grad="none")
+    ids, n_classes = class_ids(labels_all)
     cls_all = ids.repeat_interleave(views)
     own = cls_all[plan.starts[plan.ring.rank] : plan.starts[plan.ring.rank] + n * views]
-    positives = torch.bincount(cls_all, minlength=int(ids.max()) + 1 if ids.numel() else 0)[own] - 1
-    acc = _acc(z.dtype)
-    weight = torch.where(positives > 0, 1.0 / positives.clamp_min(1).to(acc), 0.0)
+    positives = torch.bincount(cls_all, minlength=n_classes)[own] - 1
+    weight = torch.where(positives > 0, 1.0 / positives.clamp_min(1).to(acc_dtype(z.dtype)), 0.0)
     total = _xent_sum(z, scale_t, plan, cls_all, weight)
-    return _global_value(total, _count((positives > 0).sum(), total), plan, group, grad_reduction)
+    return _value(total, as_count((positives > 0).sum(), total), plan, options)
+
+
+def _value(loss_sum: Tensor, count: Tensor, plan: _Plan, options: Options) -> Tensor:
+    return sharded_value(loss_sum, count, plan.ring.size, options.group, options.grad_reduction)

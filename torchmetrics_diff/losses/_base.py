@@ -8,8 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.functional._global import STRATEGIES, checked_together
-from torchmetrics_diff.functional._ring import check_tile
+from torchmetrics_diff.functional._strategy import check_strategy, check_tile, checked_together
 from torchmetrics_diff.metric import Metric
 
 
@@ -66,9 +65,7 @@ class GlobalBatchLoss(Metric):
         self, *, strategy: str = "sharded", tile: int | None = None, dist_sync_on_step: bool = True, **kwargs: Any
     ) -> None:
         super().__init__(dist_sync_on_step=dist_sync_on_step, **kwargs)
-        if strategy not in STRATEGIES:
-            raise ValueError(f"`strategy` must be one of {STRATEGIES}; got {strategy!r}")
-        self.strategy = strategy
+        self.strategy = check_strategy(strategy)
         check_tile(tile)
         self.tile = tile
         self.add_state("loss_total", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")

@@ -7,8 +7,7 @@ from typing import Any
 
 from torch import Tensor
 
-from torchmetrics_diff.functional import _contrastive as F
-from torchmetrics_diff.functional import _global as G
+from torchmetrics_diff import functional as F
 from torchmetrics_diff.losses._base import GlobalBatchLoss
 
 
@@ -29,7 +28,9 @@ class CLIPLoss(GlobalBatchLoss):
     over the ``N`` rows of every rank, with ``s`` the ``logit_scale`` given per call.
 
     Args:
-        strategy: ``"sharded"`` (default: each rank scores its own rows against all) or ``"replicated"``.
+        strategy: ``"sharded"`` (default: each rank scores its own rows against all), ``"replicated"`` or
+            ``"ring"`` (the candidate blocks travel around the ranks; :doc:`/guide/ring`).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
 
     Example:
@@ -65,7 +66,7 @@ class CLIPLoss(GlobalBatchLoss):
     def _loss(self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float, *, sync: bool) -> Tensor:
         if not sync:
             return F.clip_loss(image_embeds, text_embeds, logit_scale)
-        return G.global_clip_loss(image_embeds, text_embeds, logit_scale, **self._options())
+        return F.global_clip_loss(image_embeds, text_embeds, logit_scale, **self._options())
 
 
 class InfoNCELoss(GlobalBatchLoss):
@@ -79,7 +80,8 @@ class InfoNCELoss(GlobalBatchLoss):
 
     Args:
         temperature: ``τ``, a finite positive number.
-        strategy: ``"sharded"`` (default) or ``"replicated"``.
+        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
@@ -90,11 +92,11 @@ class InfoNCELoss(GlobalBatchLoss):
         tensor(0.2395)
     """
 
+    _same_dtype = ("z1", "z2")
+
     def __init__(self, temperature: float = 0.1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.temperature = _check_temperature(temperature)
-
-    _same_dtype = ("z1", "z2")
 
     def forward(self, z1: Tensor, z2: Tensor) -> Tensor:
         """The NT-Xent loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
@@ -115,7 +117,7 @@ class InfoNCELoss(GlobalBatchLoss):
     def _loss(self, z1: Tensor, z2: Tensor, *, sync: bool) -> Tensor:
         if not sync:
             return F.info_nce_loss(z1, z2, self.temperature)
-        return G.global_info_nce_loss(z1, z2, self.temperature, **self._options())
+        return F.global_info_nce_loss(z1, z2, self.temperature, **self._options())
 
 
 class SupConLoss(GlobalBatchLoss):
@@ -126,7 +128,8 @@ class SupConLoss(GlobalBatchLoss):
 
     Args:
         temperature: ``τ``, a finite positive number.
-        strategy: ``"sharded"`` (default) or ``"replicated"``.
+        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
@@ -137,11 +140,11 @@ class SupConLoss(GlobalBatchLoss):
         tensor(0.4846)
     """
 
+    _same_dtype = ("features",)
+
     def __init__(self, temperature: float = 0.1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.temperature = _check_temperature(temperature)
-
-    _same_dtype = ("features",)
 
     def forward(self, features: Tensor, labels: Tensor | None = None) -> Tensor:
         """The SupCon loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
@@ -163,7 +166,7 @@ class SupConLoss(GlobalBatchLoss):
     def _loss(self, features: Tensor, labels: Tensor | None = None, *, sync: bool) -> Tensor:
         if not sync:
             return F.supcon_loss(features, labels, self.temperature)
-        return G.global_supcon_loss(features, labels, self.temperature, **self._options())
+        return F.global_supcon_loss(features, labels, self.temperature, **self._options())
 
 
 class SigLIPLoss(GlobalBatchLoss):
@@ -175,7 +178,8 @@ class SigLIPLoss(GlobalBatchLoss):
     with ``t = logit_scale`` and ``b = logit_bias`` given per call, over the ``N`` rows of every rank.
 
     Args:
-        strategy: ``"sharded"`` (default) or ``"replicated"``.
+        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
 
     Example:
@@ -224,7 +228,7 @@ class SigLIPLoss(GlobalBatchLoss):
     ) -> Tensor:
         if not sync:
             return F.siglip_loss(image_embeds, text_embeds, logit_scale, logit_bias)
-        return G.global_siglip_loss(image_embeds, text_embeds, logit_scale, logit_bias, **self._options())
+        return F.global_siglip_loss(image_embeds, text_embeds, logit_scale, logit_bias, **self._options())
 
 
 class BarlowTwinsLoss(GlobalBatchLoss):
@@ -278,6 +282,6 @@ class BarlowTwinsLoss(GlobalBatchLoss):
     def _loss(self, za: Tensor, zb: Tensor, *, sync: bool) -> Tensor:
         if not sync:
             return F.barlow_twins_loss(za, zb, self.lambda_offdiag, self.eps)
-        return G.global_barlow_twins_loss(
+        return F.global_barlow_twins_loss(
             za, zb, self.lambda_offdiag, self.eps, group=self.process_group, grad_reduction=self.grad_reduction
         )

@@ -26,10 +26,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from torchmetrics_diff import functional as F
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce
 from torchmetrics_diff.distributed._backend import group_size
-from torchmetrics_diff.functional import _contrastive as F
-from torchmetrics_diff.functional._global import _global_normalized, checked_together
+from torchmetrics_diff.functional._checks import safe_divide
+from torchmetrics_diff.functional._strategy import checked_together, global_normalized
 from torchmetrics_diff.losses._base import check_consistent
 from torchmetrics_diff.metric import Metric
 
@@ -162,10 +163,10 @@ class GlobalMeanLoss(Metric):
             loss_sum, count = self._block(**inputs)
         total = None if self._accumulation is None else self._accumulation[0]
         if self.dist_sync_on_step:
-            value = _global_normalized(loss_sum, count, total, self.process_group, self.grad_reduction)
+            value = global_normalized(loss_sum, count, total, self.process_group, self.grad_reduction)
         else:
             denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype)
-            value = F._safe_divide(loss_sum, denominator)
+            value = safe_divide(loss_sum, denominator)
         # only now, when every rank has the value: a call that failed on a peer leaves no trace here
         self._computed = None
         self._add_count(1)  # not `+= 1`: an int counted in compiled code is a guard that fails every step

@@ -1,4 +1,4 @@
-"""Single-process tests of the loss maths in ``torchmetrics_diff.functional._contrastive``.
+"""Single-process tests of the loss maths in ``functional._contrastive``, ``._normalized`` and ``._barlow_twins``.
 
 Every full-batch loss is compared with an independent reference written with explicit loops over
 Python floats (or numpy), in float64. Every block form is checked to reproduce the full loss *and its
@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchmetrics_diff.functional._contrastive import (
+from torchmetrics_diff.functional import (
     BarlowTwinsStats,
     barlow_twins_from_stats,
     barlow_twins_loss,

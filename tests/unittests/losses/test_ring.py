@@ -37,7 +37,6 @@ from tests.unittests.losses._common import (
     slice_rows,
 )
 from torchmetrics_diff.distributed import _ring as ring_module
-from torchmetrics_diff.functional import _ring as ring_loss_module
 from torchmetrics_diff.functional import global_clip_loss, global_info_nce_loss, global_siglip_loss, global_supcon_loss
 from torchmetrics_diff.losses import CLIPLoss, SigLIPLoss
 
@@ -231,5 +230,5 @@ def test_ring_tiles_do_not_change_the_value() -> None:
     img, txt = torch.randn(7, 3, generator=gen, dtype=F64), torch.randn(7, 3, generator=gen, dtype=F64)
     values = [SigLIPLoss(strategy="ring", tile=t)(img, txt, 3.0, -1.0) for t in (1, 2, 7, 100)]
     with torch.no_grad():
-        values.append(ring_loss_module.ring_siglip_loss(img, txt, 3.0, -1.0, tile=3))
+        values.append(global_siglip_loss(img, txt, 3.0, -1.0, strategy="ring", tile=3))
     assert all(abs(float(v - values[0])) < 1e-12 for v in values), values

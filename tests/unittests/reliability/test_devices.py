@@ -24,7 +24,7 @@ from torchmetrics_diff.distributed._sync import engine as _sync
 from torchmetrics_diff.distributed._sync import rows as _rows
 from torchmetrics_diff.distributed._sync import steady as _steady
 from torchmetrics_diff.distributed._sync import sync_states
-from torchmetrics_diff.functional import _global
+from torchmetrics_diff.functional import _global, _strategy
 from torchmetrics_diff.losses import CLIPLoss, GlobalMeanLoss, InfoNCELoss
 
 pytestmark = pytest.mark.timeout(120)
@@ -150,7 +150,7 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
         seen.append(str(inp.device))
         raise _Sentinel
 
-    for module in (metric_module, collections_module, _sync, _rows, _steady, _collectives, _global):
+    for module in (metric_module, collections_module, _sync, _rows, _steady, _collectives, _global, _strategy):
         if hasattr(module, "group_size"):
             monkeypatch.setattr(module, "group_size", lambda group=None: 2)
         if hasattr(module, "group_rank"):

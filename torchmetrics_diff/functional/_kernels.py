@@ -18,44 +18,31 @@ Kernels:
   optional excluded candidate per anchor (its own embedding); InfoNCE/NT-Xent, SupCon and each direction of a
   partial CLIP block. The positive term ``Σ_p L_ap / |P_a|`` is computed from per-class sums of the candidates
   (``K × D``), so no (n, M) mask is built.
-- :func:`clip_sum`: symmetric CLIP from one row block ``img_local @ txt_all.T``: row log-sum-exps locally, the
-  column (text → image) log-sum-exps from every rank's partial column statistics (one all-gather of ``M``
-  numbers per rank), both directions' gradients from the one block.
+- :func:`clip_block_sum`: symmetric CLIP from one row block ``img @ txt_all.T``: row log-sum-exps locally, the
+  column (text → image) log-sum-exps from the block's partial column statistics, combined with the other rows'
+  by the caller's ``combine_columns`` (across ranks: an all-gather of ``M`` numbers per rank, which
+  :func:`~torchmetrics_diff.functional.clip_sum` passes in); both directions' gradients from the one block.
 - :func:`sigmoid_sum`: the SigLIP pairwise sigmoid block.
 
-Only :func:`clip_sum` communicates (in forward, one all-gather; never in backward), and it does so on every
-rank whatever its number of rows.
+Nothing here communicates: a kernel sees tensors and, for CLIP's columns, a function it is handed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from torchmetrics_diff.distributed._backend import Group, all_gather_flat, group_size
-from torchmetrics_diff.distributed._compile import outside_graph
+from torchmetrics_diff.functional._checks import acc_dtype, as_scale, needs_grad
 
 _CHUNK_ROWS = 256  # rows per chunk where a value needs an (n, M) temporary of its own (softplus)
 _CHUNK_ELEMENTS = 1 << 18  # a reused scratch buffer of this many elements (1 MiB in float32): stays in cache
 
-
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    return torch.promote_types(dtype, torch.float32)
-
-
-def _as_scale(value: Tensor | float, like: Tensor) -> Tensor:
-    """A 0-d tensor of ``like``'s dtype and device (a tensor keeps its graph; the Function sees it as an input)."""
-    if isinstance(value, Tensor):
-        return value.reshape(())
-    return torch.tensor(float(value), dtype=like.dtype, device=like.device)
-
-
-def _needs_grad(*tensors: Tensor) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+#: combines a block's partial column log-sum-exps (M,) with those of the other rows of the batch (M,)
+ColumnCombine = Callable[[Tensor], Tensor]
 
 
 def _row_chunks(block: Tensor) -> Iterator[tuple[slice, Tensor, Tensor]]:
@@ -114,7 +101,7 @@ def _xent_forward(
     need_grad: bool,
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:
     """Value, valid-anchor count, ``G`` (valid rows' softmax, or None), per-class candidate sums, anchor weights."""
-    acc = _acc(a.dtype)
+    acc = acc_dtype(a.dtype)
     sa = a * scale.to(a.dtype)
     logits = (sa @ c.T).to(acc)  # (n, M); the only (n, M) buffer
     if own is not None and logits.numel():
@@ -218,8 +205,8 @@ def softmax_xent_sum(
     """
     if n_classes is None:
         n_classes = int(cand_cls.max()) + 1 if cand_cls.numel() else 0
-    scale_t = _as_scale(scale, anchors)
-    if _needs_grad(anchors, candidates, scale_t):
+    scale_t = as_scale(scale, anchors)
+    if needs_grad(anchors, candidates, scale_t):
         return _SoftmaxXent.apply(anchors, candidates, scale_t, anchor_cls, cand_cls, own, n_classes)
     value, count, *_ = _xent_forward(anchors, candidates, scale_t, anchor_cls, cand_cls, own, n_classes, False)
     return value, count
@@ -227,14 +214,19 @@ def softmax_xent_sum(
 
 # ------------------------------------------------------------------------------------------- CLIP, one pass
 def _clip_forward(
-    img: Tensor, txt_all: Tensor, scale: Tensor, row_start: int, group: Group, world: int, need_grad: bool
+    img: Tensor,
+    txt_all: Tensor,
+    scale: Tensor,
+    row_start: int,
+    combine_columns: ColumnCombine | None,
+    need_grad: bool,
 ) -> tuple[Tensor, Tensor | None]:
     """Value ``Σ_own rows (lse_row - L_ii) / 2 + Σ_own columns (lse_col - L_jj) / 2`` and ``2 ∂value/∂L`` (or None).
 
-    The row block's columns are every global text; the column statistics of the other ranks' rows arrive in one
-    all-gather of ``M`` partial log-sum-exps per rank (``-inf`` from a rank without rows).
+    The row block's columns are every text of the batch; ``combine_columns`` turns the block's partial column
+    log-sum-exps (``-inf`` for a block without rows) into those over every row of the batch.
     """
-    acc = _acc(img.dtype)
+    acc = acc_dtype(img.dtype)
     n, m = img.shape[0], txt_all.shape[0]
     logits = ((img * scale.to(img.dtype)) @ txt_all.T).to(acc)  # (n, M): every logit of these rows, once
     diag_sum = logits[:, row_start : row_start + n].diagonal().sum()
@@ -250,12 +242,8 @@ def _clip_forward(
             row_lse[rows] = row_max + torch.sub(block, row_max[:, None], out=tmp).exp_().sum(dim=1).log()
             col_sum += torch.sub(block, col_max, out=tmp).exp_().sum(dim=0)
         col_part = col_max + col_sum.log()
-    if world > 1 and m:  # every rank knows m (the gathered rows), so all of them take this branch or none
-        table = col_part.new_empty(world * m)
-        all_gather_flat(table, col_part.contiguous(), group)
-        col_lse = torch.logsumexp(table.view(world, m), dim=0)
-    else:
-        col_lse = col_part
+    # across ranks every rank knows m (the gathered rows), so all of them combine or none does
+    col_lse = combine_columns(col_part.contiguous()) if combine_columns is not None and m else col_part
     value = (row_lse.sum() + col_lse[row_start : row_start + n].sum() - 2 * diag_sum) / 2
     if not need_grad:
         return value, None
@@ -269,82 +257,68 @@ def _clip_forward(
 
 
 class _ClipOnePass(torch.autograd.Function):
-    """``clip_sum``: forward as :func:`_clip_forward`; backward = this rank's share of the global gradient.
+    """``clip_block_sum``: forward as :func:`_clip_forward`; backward = this block's share of the batch gradient.
 
-    The output is this rank's part of the global loss sum, but its backward is the gradient of the *global* sum
-    with respect to this rank's block: the column terms of other ranks' texts depend on this block too. The
-    gradients of all ranks add up to the global gradient (the gathered texts' gradients are summed by the
-    gather's backward); this needs every rank to back-propagate the same gradient into its output, as every
-    use of the global loss value does.
+    The output is this block's part of the loss sum, but its backward is the gradient of the *whole* sum with
+    respect to this block: the column terms of the other rows' texts depend on this block too. The gradients of
+    all blocks add up to the batch gradient (across ranks the gathered texts' gradients are summed by the
+    gather's backward); this needs every block to back-propagate the same gradient into its output, as every
+    use of the batch's loss value does.
     """
 
     @staticmethod
     def forward(
-        ctx: Any, img: Tensor, txt_all: Tensor, scale: Tensor, row_start: int, group: Group, world: int
+        ctx: Any,
+        img: Tensor,
+        txt_all: Tensor,
+        scale: Tensor,
+        row_start: int,
+        combine_columns: ColumnCombine | None,
     ) -> Tensor:
-        value, g_mat = _clip_forward(img, txt_all, scale, row_start, group, world, True)
+        value, g_mat = _clip_forward(img, txt_all, scale, row_start, combine_columns, True)
         ctx.save_for_backward(img, txt_all, scale, g_mat)
         return value
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         img, txt_all, scale, g_mat = ctx.saved_tensors
-        return (*_matmul_grads(ctx, grad_out, g_mat, img, txt_all, scale, half=0.5), None, None, None)
+        return (*_matmul_grads(ctx, grad_out, g_mat, img, txt_all, scale, half=0.5), None, None)
 
 
-def clip_sum(
+def clip_block_sum(
     img: Tensor,
     txt_all: Tensor,
     scale: Tensor | float,
     row_start: int = 0,
-    *,
-    sharded: bool = False,
-    group: Group = None,
+    combine_columns: ColumnCombine | None = None,
 ) -> Tensor:
-    """The symmetric CLIP loss summed over the rows ``[row_start, row_start + n)`` of the global batch, one pass.
+    """The symmetric CLIP loss summed over the rows ``[row_start, row_start + n)`` of a batch, in one pass.
 
     With ``L = scale · img_all @ txt_all.T`` (N, N), the rows' share is
-    ``Σ_i (lse_j L_ij - L_ii) / 2 + Σ_j (lse_i L_ij - L_jj) / 2`` over this rank's image rows ``i`` and its own
-    text columns ``j`` (the same indices). Only ``img @ txt_all.T`` (n, N) is computed; the text-to-image
-    log-sum-exps of the own columns come from every rank's partial column statistics.
+    ``Σ_i (lse_j L_ij - L_ii) / 2 + Σ_j (lse_i L_ij - L_jj) / 2`` over the image rows ``i`` of ``img`` and
+    their own text columns ``j`` (the same indices). Only ``img @ txt_all.T`` (n, N) is computed.
 
     Args:
-        img: this rank's image embeddings (n, D), global rows ``[row_start, row_start + n)``.
-        txt_all: every rank's text embeddings (N, D), in rank order (this rank's own rows included).
+        img: image embeddings (n, D), rows ``[row_start, row_start + n)`` of the batch.
+        txt_all: every text embedding of the batch (N, D), in row order.
         scale: the logit scale, a number or a 0-d tensor (differentiable).
-        row_start: global index of this rank's first row.
-        sharded: ``False``: ``img`` holds every row (``row_start = 0``, ``n = N``), no communication, the result
-            is the full-batch sum with its exact gradient. ``True``: the other rows are on the other ranks of
-            ``group``, which call this function alike.
-        group: the process group with ``sharded=True`` (``None``: the default group).
+        row_start: index of the first row of ``img`` in the batch.
+        combine_columns: the text-to-image log-sum-exps over every row of the batch from this block's partial
+            ones (M,); ``None`` when ``img`` holds every row (``n = N``). Called once, in forward.
 
     Returns:
-        A 0-d tensor in at least float32: this rank's share of the loss sum. Its backward is this rank's share of
-        the gradient of the *global* sum (the column terms of other ranks' texts depend on this block too), so
-        the ranks' gradients add up to the global one; this assumes every rank back-propagates the same
-        gradient into its share, as any use of the global value does. With ``sharded=True`` call it on every
-        rank of ``group`` in the same order (it all-gathers ``N`` numbers in forward; the backward communicates
-        nothing).
+        A 0-d tensor in at least float32: the rows' share of the loss sum, whose backward is their share of the
+        gradient of the whole sum (see :class:`_ClipOnePass`).
 
     Example:
         >>> import torch
-        >>> clip_sum(torch.eye(2), torch.eye(2), 1.0) / 2  # the mean over 2 rows
+        >>> clip_block_sum(torch.eye(2), torch.eye(2), 1.0) / 2  # the mean over 2 rows
         tensor(0.3133)
     """
-    scale_t = _as_scale(scale, img)
-    world = group_size(group) if sharded else 1
-    if world > 1:  # the column statistics' all-gather is host-side: one graph break under torch.compile
-        return _clip_across_ranks(img, txt_all, scale_t, row_start, group, world)
-    return _clip_here(img, txt_all, scale_t, row_start, group, world)
-
-
-def _clip_here(img: Tensor, txt_all: Tensor, scale_t: Tensor, row_start: int, group: Group, world: int) -> Tensor:
-    if _needs_grad(img, txt_all, scale_t):
-        return _ClipOnePass.apply(img, txt_all, scale_t, row_start, group, world)
-    return _clip_forward(img, txt_all, scale_t, row_start, group, world, False)[0]
-
-
-_clip_across_ranks = outside_graph(_clip_here)
+    scale_t = as_scale(scale, img)
+    if needs_grad(img, txt_all, scale_t):
+        return _ClipOnePass.apply(img, txt_all, scale_t, row_start, combine_columns)
+    return _clip_forward(img, txt_all, scale_t, row_start, combine_columns, False)[0]
 
 
 # --------------------------------------------------------------------------------------------------- SigLIP
@@ -352,7 +326,7 @@ def _sigmoid_forward(
     img: Tensor, txt_all: Tensor, scale: Tensor, bias: Tensor, row_start: int, need_grad: bool
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """Value ``Σ_ij softplus(L_ij) - Σ_i L_ii`` (= ``-Σ log σ(z_ij L_ij)``), ``∂value/∂L = σ(L) - I`` and its sum."""
-    acc = _acc(img.dtype)
+    acc = acc_dtype(img.dtype)
     n, m = img.shape[0], txt_all.shape[0]
     bias_block = bias.to(img.dtype).expand(n, m)
     logits = torch.addmm(bias_block, img * scale.to(img.dtype), txt_all.T).to(acc)
@@ -391,7 +365,7 @@ def sigmoid_sum(
         >>> sigmoid_sum(torch.eye(2), torch.eye(2), 10.0, -5.0) / 2
         tensor(0.0134)
     """
-    scale_t, bias_t = _as_scale(scale, img), _as_scale(bias, img)
-    if _needs_grad(img, txt_all, scale_t, bias_t):
+    scale_t, bias_t = as_scale(scale, img), as_scale(bias, img)
+    if needs_grad(img, txt_all, scale_t, bias_t):
         return _SigmoidRows.apply(img, txt_all, scale_t, bias_t, row_start)
     return _sigmoid_forward(img, txt_all, scale_t, bias_t, row_start, False)[0]

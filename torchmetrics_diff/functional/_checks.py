@@ -1,0 +1,167 @@
+"""The rules every loss of :mod:`torchmetrics_diff.functional` shares: input validation, dtypes, counts, scales.
+
+Each rule is written once here and asked for by the loss families (``_contrastive``, ``_normalized``,
+``_barlow_twins``), the fused kernels (``_kernels``) and the strategies (``_strategy``, ``_ring``, ``_global``).
+Validators raise a ``ValueError`` that names the argument, what it must be and what it is.
+
+Sums and counts are accumulated in at least float32 (:func:`acc_dtype`: half-precision counts are not exact
+beyond 2048), and a mean whose count is zero is ``0`` with a zero gradient (:func:`safe_divide`), never ``NaN``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Union
+
+import torch
+from torch import Tensor
+
+#: a number or a one-element tensor (a logit scale, a temperature, a bias)
+Scalar = Union[Tensor, float]
+
+
+def _shape(x: Tensor) -> tuple[int, ...]:
+    return tuple(x.shape)
+
+
+# ------------------------------------------------------------------------------------------------ validators
+def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices``, else a ``ValueError`` naming ``name``, the choices and the value.
+
+    Example:
+        >>> check_choice("strategy", "ring", ("replicated", "sharded", "ring"))
+        'ring'
+    """
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {tuple(choices)}; got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_float_tensor(name: str, x: object, ndim: int | tuple[int, ...] | None, layout: str) -> None:
+    """Raise unless ``x`` is a floating tensor of ``ndim`` dims (one of a tuple; ``None``: at least 1)."""
+    if not isinstance(x, Tensor):
+        raise ValueError(f"`{name}` must be a tensor of shape {layout}; got {type(x).__name__}")
+    dims_ok = x.ndim >= 1 if ndim is None else x.ndim in ((ndim,) if isinstance(ndim, int) else ndim)
+    if not dims_ok or not x.is_floating_point():
+        raise ValueError(
+            f"`{name}` must be a floating-point tensor of shape {layout}; got shape {_shape(x)} and dtype {x.dtype}"
+        )
+
+
+def check_same_shape(name: str, x: Tensor, ref_name: str, ref: Tensor) -> None:
+    """Raise unless ``x`` has the shape of ``ref``."""
+    if x.shape != ref.shape:
+        raise ValueError(f"`{name}` must have the same shape as `{ref_name}` {_shape(ref)}; got {_shape(x)}")
+
+
+def check_views(first_name: str, first: Tensor, second_name: str, second: Tensor) -> None:
+    """Two views of the same samples: floating (B, D) tensors of one shape."""
+    check_float_tensor(first_name, first, 2, "(B, D)")
+    check_same_shape(second_name, second, first_name, first)
+
+
+def check_trailing(name: str, x: Tensor, ref_name: str, ref: Tensor) -> None:
+    """Raise unless ``x`` and ``ref`` agree in every dimension but the first (the rows)."""
+    if x.shape[1:] != ref.shape[1:]:
+        raise ValueError(
+            f"`{name}` must have the same trailing shape as `{ref_name}` {_shape(ref)[1:]}; got {_shape(x)[1:]}"
+        )
+
+
+def check_row_block(row_start: int, n_rows: int, local_name: str, total: int, all_name: str) -> int:
+    """Validate that rows ``[row_start, row_start + n_rows)`` lie inside ``[0, total)``."""
+    try:
+        row_start = operator.index(row_start)
+    except TypeError:
+        raise ValueError(f"`row_start` must be an integer; got {type(row_start).__name__}") from None
+    if row_start < 0 or row_start + n_rows > total:
+        raise ValueError(
+            f"`row_start` + rows of `{local_name}` must lie in [0, {total}] (rows of `{all_name}`); "
+            f"got {row_start} + {n_rows} = {row_start + n_rows}"
+        )
+    return row_start
+
+
+def check_scalar(name: str, value: object, positive: bool = False) -> Scalar:
+    """A real number (finite, and positive if asked) or a one-element floating tensor (returned as 0-d).
+
+    Tensor values are not inspected: that would force a device synchronization on every call.
+    """
+    if isinstance(value, Tensor):
+        if value.numel() != 1 or not value.is_floating_point():
+            raise ValueError(
+                f"`{name}` must be a number or a one-element floating-point tensor; "
+                f"got shape {_shape(value)} and dtype {value.dtype}"
+            )
+        return value.reshape(())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"`{name}` must be a number or a one-element floating-point tensor; got {value!r}")
+    if not math.isfinite(value) or (positive and not value > 0):
+        kind = "finite positive number" if positive else "finite number"
+        raise ValueError(f"`{name}` must be a {kind}; got {value!r}")
+    return float(value)
+
+
+def check_labels(name: str, labels: Tensor, n: int) -> None:
+    """Raise unless ``labels`` is an integer tensor of shape ``(n,)``."""
+    if not isinstance(labels, Tensor) or labels.is_floating_point() or labels.is_complex():
+        got = f"dtype {labels.dtype}" if isinstance(labels, Tensor) else type(labels).__name__
+        raise ValueError(f"`{name}` must be an integer tensor of shape ({n},); got {got}")
+    if labels.shape != (n,):
+        raise ValueError(f"`{name}` must have shape ({n},); got {_shape(labels)}")
+
+
+def check_broadcast(name: str, x: Tensor, values: Tensor) -> None:
+    """Raise unless ``x`` broadcasts to the shape of ``values`` (without growing it)."""
+    try:
+        shape = torch.broadcast_shapes(x.shape, values.shape)
+    except RuntimeError:
+        shape = None
+    if shape != values.shape:
+        raise ValueError(f"`{name}` must broadcast to the shape of `values` {_shape(values)}; got {_shape(x)}")
+
+
+# ------------------------------------------------------------------------------------- dtypes, counts, means
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums and counts are accumulated in: at least float32."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def as_count(n: int | Tensor, like: Tensor) -> Tensor:
+    """A 0-d float count on ``like``'s device, in the accumulation dtype."""
+    dtype = acc_dtype(like.dtype)
+    if isinstance(n, Tensor):
+        return n.to(dtype=dtype).reshape(())
+    return torch.tensor(float(n), dtype=dtype, device=like.device)
+
+
+def safe_divide(total: Tensor, count: Tensor) -> Tensor:
+    """``total / count``, and ``0`` with zero gradient where ``count == 0``.
+
+    Example:
+        >>> import torch
+        >>> safe_divide(torch.tensor(3.0), torch.tensor(0.0))
+        tensor(0.)
+    """
+    nonzero = count != 0
+    return torch.where(nonzero, total / torch.where(nonzero, count, torch.ones_like(count)), 0.0)
+
+
+# --------------------------------------------------------------------------------------------------- scales
+def reciprocal(temperature: Scalar) -> Scalar:
+    """``1 / temperature``: the kernels multiply an (n, D) operand by a scale rather than divide the logits."""
+    return 1.0 / temperature if isinstance(temperature, float) else temperature.reciprocal()
+
+
+def as_scale(value: Tensor | float, like: Tensor) -> Tensor:
+    """A 0-d tensor of ``like``'s dtype and device (a tensor keeps its graph; a kernel sees it as an input)."""
+    if isinstance(value, Tensor):
+        return value.reshape(())
+    return torch.tensor(float(value), dtype=like.dtype, device=like.device)
+
+
+def needs_grad(*tensors: Tensor) -> bool:
+    """Whether a kernel must record its backward: grad mode is on and an input requires gradient."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)

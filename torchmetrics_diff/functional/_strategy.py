@@ -1,0 +1,302 @@
+"""How a loss runs on the global batch: the strategies, their options, and the parts every strategy shares.
+
+Each ``global_*`` loss takes the *local* rows and returns, on every rank, the loss of the concatenated global
+batch. Its gradient, after a trainer averages gradients over the ``W`` ranks (``grad_reduction="mean"``: DDP,
+FSDP, DeepSpeed) or sums them (``"sum"``), equals that of one process on the global batch
+(:ref:`architecture-gradient-contract`). Three strategies (:ref:`architecture-strategies`):
+
+- ``"replicated"``: gather every rank's rows (``grad="local"``), every rank computes the whole (N, N) loss;
+  the local slot's gradient is scaled by ``W`` under averaging. No communication in backward.
+- ``"sharded"``: gather the candidates with ``grad="sync"``, each rank scores only its own rows against all
+  of them (B × N instead of N × N), normalized by the global count; one scalar all-reduce gives the value.
+  The backward reduce-scatters the candidates' gradients to their owners: ``W`` times less compute and
+  memory per rank for the loss.
+- ``"ring"``: the candidate blocks travel around the ranks and the logits exist one tile at a time
+  (:mod:`._ring`): per-rank memory independent of the number of ranks.
+
+This module holds what they share: the table of strategies and the checks of the options
+(:func:`check_options`, used by the functions and by the loss classes), :func:`checked_together` (a bad input
+on one rank raises on every rank), the packing of several views into one collective, the replicated and
+sharded runs of a row-decomposable loss (:func:`global_rows_loss`) and the global value whose gradient is
+this rank's share (:func:`sharded_value`, :func:`global_normalized`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Callable, NamedTuple
+
+import torch
+from torch import Tensor
+
+from torchmetrics_diff.distributed import all_reduce, gather_all_tensors
+from torchmetrics_diff.distributed._autograd import scale_grad
+from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
+from torchmetrics_diff.distributed._collectives import fail_together
+from torchmetrics_diff.distributed._compile import outside_graph, sum_across_ranks
+from torchmetrics_diff.functional._checks import check_choice, safe_divide
+
+STRATEGIES = ("replicated", "sharded", "ring")
+GRAD_REDUCTIONS = ("mean", "sum")
+
+#: candidate columns per logit tile of the ring strategy: small, so that the tiles (two per step in backward)
+#: stay below the ring's fixed B x D buffers (the measured trade-off is in docs/guide/ring.rst)
+DEFAULT_TILE = 64
+
+# block(local_views, all_views, row_start) -> (loss_sum, count) of the anchors in the local rows
+Block = Callable[[Sequence[Tensor], Sequence[Tensor], int], "tuple[Tensor, Tensor]"]
+
+
+# --------------------------------------------------------------------------------------------------- options
+class Options(NamedTuple):
+    """The checked options of one global loss call (see :func:`check_options`)."""
+
+    strategy: str
+    group: Group
+    grad_reduction: str
+    tile: int  # candidate columns per logit tile; used by ``"ring"`` only
+
+
+def check_strategy(strategy: object) -> str:
+    """``strategy`` if it is one of :data:`STRATEGIES`, else a ``ValueError`` naming it."""
+    return check_choice("strategy", strategy, STRATEGIES)
+
+
+def check_grad_reduction(grad_reduction: object) -> str:
+    """``grad_reduction`` if it is one of :data:`GRAD_REDUCTIONS`, else a ``ValueError`` naming it."""
+    return check_choice("grad_reduction", grad_reduction, GRAD_REDUCTIONS)
+
+
+def check_tile(tile: object) -> int:
+    """``tile`` as an ``int`` ≥ 1, or a ``ValueError`` naming it (``None``: :data:`DEFAULT_TILE`).
+
+    Example:
+        >>> check_tile(None), check_tile(8)
+        (64, 8)
+    """
+    if tile is None:
+        return DEFAULT_TILE
+    try:
+        value = operator.index(tile)  # type: ignore[arg-type]
+    except TypeError:
+        value = None
+    if value is None or isinstance(tile, bool) or value < 1:
+        raise ValueError(f"`tile` must be a positive integer (candidate columns per logit tile); got {tile!r}")
+    return value
+
+
+def check_options(strategy: object, group: Group, grad_reduction: object, tile: object) -> Options:
+    """The options of a global loss call, checked; ``tile`` is read (and checked) only by ``"ring"``.
+
+    Example:
+        >>> check_options("ring", None, "mean", None)
+        Options(strategy='ring', group=None, grad_reduction='mean', tile=64)
+    """
+    strategy = check_strategy(strategy)
+    grad_reduction = check_grad_reduction(grad_reduction)
+    return Options(strategy, group, grad_reduction, check_tile(tile) if strategy == "ring" else DEFAULT_TILE)
+
+
+def strategy_table(
+    rows: Callable[..., Tensor], ring: Callable[..., Tensor], sharded: Callable[..., Tensor] | None = None
+) -> dict[str, Callable[..., Tensor]]:
+    """strategy -> implementation of one loss, each called as ``impl(*checked_inputs, options)``.
+
+    ``rows`` serves both gathering strategies (it runs :func:`rows_loss`) unless ``sharded`` has its own; the ring
+    kernel runs eagerly behind one graph break under ``torch.compile`` (its schedule is host-side).
+    """
+    return {"replicated": rows, "sharded": rows if sharded is None else sharded, "ring": outside_graph(ring)}
+
+
+@contextmanager
+def checked_together(group: Group, like: object = None) -> Iterator[None]:
+    """Validate inputs so that a bad input on one rank raises on every rank instead of hanging the others.
+
+    The block must run just before the call's first collective: a rank whose checks raise takes part in that
+    collective's metadata exchange with a failure marker (see :func:`fail_together`), on the device of ``like``
+    (the input the peers communicate from; the backend's default device when it is not a tensor).
+    """
+    try:
+        yield
+    except Exception as err:
+        if group_size(group) == 1:
+            raise
+        fail_together(err, group, device=like.device if isinstance(like, Tensor) else None)
+
+
+# ------------------------------------------------------------------------------------------- views, packed
+def pack(views: Sequence[Tensor]) -> tuple[Tensor, list[tuple[int, ...]]]:
+    """Rows of every view side by side, (n, Σ width), so one collective moves them all; and their shapes."""
+    dtype = views[0].dtype
+    for v in views[1:]:
+        dtype = torch.promote_types(dtype, v.dtype)
+    flat = [v.to(dtype).reshape(v.shape[0], int(torch.Size(v.shape[1:]).numel())) for v in views]
+    return torch.cat(flat, dim=1), [tuple(v.shape[1:]) for v in views]
+
+
+def unpack(packed: Tensor, trailing: list[tuple[int, ...]]) -> list[Tensor]:
+    """The views of :func:`pack`'s rows (any number of rows), given their trailing shapes."""
+    widths = [int(torch.Size(t).numel()) for t in trailing]
+    return [p.reshape(packed.shape[0], *t) for p, t in zip(packed.split(widths, dim=1), trailing)]
+
+
+def same_width(pieces: list[Tensor]) -> list[Tensor]:
+    """Every rank's rows must have the same trailing shape (the same embedding width); raise on every rank."""
+    widths = [tuple(p.shape[1:]) for p in pieces]
+    if any(w != widths[0] for w in widths):
+        listing = ", ".join(f"rank {r}: {w}" for r, w in enumerate(widths))
+        raise RuntimeError(
+            f"global loss: ranks disagree on the width of their embeddings, packed side by side ({listing})"
+        )
+    return pieces
+
+
+def row_start_of(pieces: list[Tensor], group: Group) -> int:
+    """The global index of this rank's first row, from every rank's gathered rows."""
+    return sum(p.shape[0] for p in pieces[: group_rank(group)])
+
+
+# ------------------------------------------------------------------------------------- row-decomposable losses
+def global_rows_loss(
+    views: Sequence[Tensor],
+    block: Block,
+    *,
+    strategy: str = "sharded",
+    group: Group = None,
+    grad_reduction: str = "mean",
+    candidates: Sequence[int] | None = None,
+) -> Tensor:
+    """The global-batch mean loss of a row-decomposable loss, given each rank's rows.
+
+    The building block of every contrastive loss here; use it for your own.
+
+    Args:
+        views: tensors with the same number of rows (the local samples), e.g. ``(img, txt)``.
+        block: ``block(local_views, all_views, row_start) -> (loss_sum, count)``: the loss summed over the
+            anchors of rows ``[row_start, row_start + n)`` against all ``N`` global rows.
+        strategy: ``"replicated"`` or ``"sharded"`` (see :doc:`/guide/strategies`); ``"ring"`` needs a ring
+            kernel and is refused here.
+        group: the process group (``None``: default).
+        grad_reduction: ``"mean"`` when the trainer averages gradients over ranks (DDP), ``"sum"`` otherwise.
+        candidates: with ``"sharded"``, the indices of the views whose global rows ``block`` reads (the others are
+            not gathered and arrive as ``None``); default all.
+
+    Returns:
+        The global loss ``Σ loss_sum / Σ count`` (``0`` when the global count is 0), identical on every rank.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.functional import clip_block
+        >>> img, txt = torch.eye(3), torch.eye(3)
+        >>> block = lambda local, every, start: clip_block(*local, *every, 1.0, start)
+        >>> global_rows_loss([img, txt], block)  # one process: the plain loss
+        tensor(0.5514)
+    """
+    with checked_together(group, views[0] if len(views) else None):
+        options = check_options(strategy, group, grad_reduction, None)
+        if strategy == "ring":
+            raise ValueError("`strategy` 'ring' needs a ring kernel (CLIP, InfoNCE, SupCon, SigLIP); not for a block")
+    return rows_loss(views, block, options, candidates)
+
+
+def rows_loss(
+    views: Sequence[Tensor], block: Block, options: Options, candidates: Sequence[int] | None = None
+) -> Tensor:
+    """:func:`global_rows_loss` with checked options (``"replicated"`` or ``"sharded"``)."""
+    world = group_size(options.group)
+    if world == 1:
+        return safe_divide(*block(views, views, 0))
+    return _ROWS[options.strategy](views, block, options, world, candidates)
+
+
+def _replicated_rows(
+    views: Sequence[Tensor], block: Block, options: Options, world: int, candidates: Sequence[int] | None
+) -> Tensor:
+    packed, trailing = pack(views)
+    # Every rank computes the whole loss, so a parameter used in it directly (a logit scale) already has its
+    # full gradient on every rank, and the local slot has 1/W of its share after averaging. Scale the slot by W,
+    # and under summed gradients scale the whole loss's gradient by 1/W.
+    every = torch.cat(same_width(gather_all_tensors(scale_grad(packed, world), options.group, grad="local")))
+    all_views = unpack(every, trailing)
+    loss = safe_divide(*block(all_views, all_views, 0))
+    return loss if options.grad_reduction == "mean" else scale_grad(loss, 1 / world)
+
+
+def _sharded_rows(
+    views: Sequence[Tensor], block: Block, options: Options, world: int, candidates: Sequence[int] | None
+) -> Tensor:
+    needed = range(len(views)) if candidates is None else candidates
+    packed, trailing = pack([views[i] for i in needed])
+    pieces = same_width(gather_all_tensors(packed, options.group, grad="sync"))
+    all_views: list[Tensor | None] = [None] * len(views)
+    for i, gathered in zip(needed, unpack(torch.cat(pieces), trailing)):
+        all_views[i] = gathered
+    loss_sum, count = block(views, all_views, row_start_of(pieces, options.group))
+    return sharded_value(loss_sum, count, world, options.group, options.grad_reduction)
+
+
+_ROWS = {"replicated": _replicated_rows, "sharded": _sharded_rows}
+
+
+# -------------------------------------------------------------------------------------------- global values
+def grad_factor(world: int, grad_reduction: str) -> int:
+    """What a rank's own share of the gradient is multiplied by so that the trainer's reduction gives the sum."""
+    return world if grad_reduction == "mean" else 1
+
+
+def _value_with_own_gradient(
+    global_sum: Tensor, denominator: Tensor, loss_sum: Tensor, world: int, grad_reduction: str
+) -> Tensor:
+    """The value ``global_sum / denominator`` whose gradient is that of this rank's ``loss_sum / denominator``
+    (times ``W`` under averaging): the other ranks' terms are constants here and reach their inputs there."""
+    share = loss_sum * grad_factor(world, grad_reduction) / denominator
+    return global_sum / denominator + (share - share.detach())
+
+
+def sharded_value(loss_sum: Tensor, count: Tensor, world: int, group: Group, grad_reduction: str) -> Tensor:
+    """The global value ``Σ loss_sum / Σ count`` whose gradient is this rank's ``loss_sum`` gradient, scaled.
+
+    One process (``world == 1``): ``loss_sum / count``. Otherwise a collective earlier in the call validated
+    dtypes across ranks (and ran the failure protocol of :func:`checked_together`), so the value's sums need no
+    metadata round of their own (a functional-collective all-reduce under ``torch.compile``; see
+    :func:`_global_totals`).
+    """
+    if world == 1:
+        return safe_divide(loss_sum, count)
+    totals = _global_totals(loss_sum, count, group, world)
+    return _value_with_own_gradient(totals[0], totals[1].clamp_min(1), loss_sum, world, grad_reduction)
+
+
+def _global_totals(loss_sum: Tensor, count: Tensor, group: Group, world: int) -> Tensor:
+    """``[Σ_ranks loss_sum, Σ_ranks count]``, detached, in ``loss_sum``'s dtype: one all-reduce.
+
+    For a call whose earlier collective already ran the metadata round (and with it the failure protocol of
+    :func:`checked_together`). Always two float64 numbers on every rank, so no rank can send another shape or
+    dtype, and under ``torch.compile`` it is a functional collective inside the graph: no graph break. Over two
+    ranks the float64 sum rounded back equals the sum in ``loss_sum``'s dtype (one correctly rounded addition).
+    """
+    totals = torch.stack([loss_sum.detach().to(torch.float64), count.detach().to(torch.float64)])
+    return sum_across_ranks(totals, group, world).to(loss_sum.dtype)
+
+
+def global_normalized(
+    loss_sum: Tensor, count: Tensor, total: Tensor | float | None, group: Group, grad_reduction: str
+) -> Tensor:
+    """``Σ_ranks loss_sum / denominator`` where the denominator is ``total`` or ``Σ_ranks count``.
+
+    The value of the normalized losses (weighted mean, token cross-entropy); with ``total`` given (gradient
+    accumulation) the denominator is known in advance. A denominator of 0 gives 0.
+    """
+    check_grad_reduction(grad_reduction)
+    world = group_size(group)
+    if world == 1:
+        denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype, device=loss_sum.device)
+        return safe_divide(loss_sum, denominator)
+    # The checked all_reduce, not _global_totals: this is the call's first collective, whose metadata round is how
+    # a rank that failed its input checks (checked_together) makes the others raise; one graph break when compiled.
+    totals = all_reduce(torch.stack([loss_sum.detach(), count.detach().to(loss_sum.dtype)]), "sum", group, grad="none")
+    denominator = totals[1] if total is None else torch.as_tensor(total, dtype=loss_sum.dtype, device=loss_sum.device)
+    denominator = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
+    return _value_with_own_gradient(totals[0], denominator, loss_sum, world, grad_reduction)
