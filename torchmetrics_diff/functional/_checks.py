@@ -1,7 +1,8 @@
-"""The rules every loss of :mod:`torchmetrics_diff.functional` shares: input validation, dtypes, counts, scales.
+"""The rules the functions of :mod:`torchmetrics_diff.functional` share: input validation, dtypes, counts, scales.
 
 Each rule is written once here and asked for by the loss families (``_contrastive``, ``_normalized``,
-``_barlow_twins``), the fused kernels (``_kernels``) and the strategies (``_strategy``, ``_ring``, ``_global``).
+``_barlow_twins``), the fused kernels (``_kernels``), the strategies (``_strategy``, ``_ring``, ``_global``) and
+the everyday metrics (``_classification``, ``_regression``, ``_retrieval``, ``_text``).
 Validators raise a ``ValueError`` that names the argument, what it must be and what it is.
 
 Sums and counts are accumulated in at least float32 (:func:`acc_dtype`: half-precision counts are not exact
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Union
+from typing import Any, Union
 
 import torch
 from torch import Tensor
@@ -37,6 +38,23 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"`{name}` must be one of {tuple(choices)}; got {value!r}")
     return value  # type: ignore[return-value]
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """``value`` if it is an int ``>= 1`` (not a bool).
+
+    Raises:
+        ValueError: naming the argument ``name``.
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{name}` must be a positive int; got {value!r}")
+    return value
+
+
+def check_ignore_index(ignore_index: Any) -> None:
+    """``ignore_index`` must be an int (not a bool) or ``None``."""
+    if ignore_index is not None and (not isinstance(ignore_index, int) or isinstance(ignore_index, bool)):
+        raise ValueError(f"`ignore_index` must be an int or None; got {ignore_index!r}")
 
 
 def check_float_tensor(name: str, x: object, ndim: int | tuple[int, ...] | None, layout: str) -> None:

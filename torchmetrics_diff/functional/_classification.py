@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int
+
 TASKS = ("binary", "multiclass", "multilabel")
 AVERAGES = ("micro", "macro", "weighted", "none", None)
 NORMALIZE = ("true", "pred", "all", "none", None)
@@ -36,23 +38,6 @@ class StatScores(NamedTuple):
 
 
 # ------------------------------------------------------------------------------------------------ arguments
-def check_positive_int(name: str, value: Any) -> int:
-    """``value`` if it is an int ``>= 1`` (not a bool).
-
-    Raises:
-        ValueError: naming the argument ``name``.
-    """
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be a positive int; got {value!r}")
-    return value
-
-
-def check_ignore_index(ignore_index: Any) -> None:
-    """``ignore_index`` must be an int (not a bool) or ``None``."""
-    if ignore_index is not None and (not isinstance(ignore_index, int) or isinstance(ignore_index, bool)):
-        raise ValueError(f"`ignore_index` must be an int or None; got {ignore_index!r}")
-
-
 def check_task_args(
     task: str,
     threshold: float = 0.5,

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.functional._classification import check_positive_int
+from torchmetrics_diff.functional._checks import check_positive_int
 
 MULTIOUTPUTS = ("raw_values", "uniform_average", "variance_weighted")
 COSINE_REDUCTIONS = ("sum", "mean", "none", None)

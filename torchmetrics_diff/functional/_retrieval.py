@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from torchmetrics_diff.functional._classification import check_positive_int
+from torchmetrics_diff.functional._checks import check_positive_int
 
 DIRECTIONS = ("i2t", "t2i")
 

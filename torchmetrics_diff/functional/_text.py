@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torchmetrics_diff.functional._classification import check_ignore_index
+from torchmetrics_diff.functional._checks import check_ignore_index
 
 
 def perplexity_stats(

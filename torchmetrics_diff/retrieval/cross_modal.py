@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.functional._classification import check_positive_int
+from torchmetrics_diff.functional._checks import check_positive_int
 from torchmetrics_diff.functional._retrieval import (
     DIRECTIONS,
     check_directions,

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.functional._classification import check_ignore_index
+from torchmetrics_diff.functional._checks import check_ignore_index
 from torchmetrics_diff.functional._text import perplexity_from_stats, perplexity_stats
 from torchmetrics_diff.metric import Metric
 
