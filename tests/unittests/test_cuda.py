@@ -12,7 +12,7 @@ from typing import Callable
 import pytest
 import torch
 
-from tests.unittests.metric._helpers import tensor_devices
+from tests._helpers.checks import tensor_devices
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._sync import sync_states

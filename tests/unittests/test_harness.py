@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests import _harness
-from tests.unittests._harness import DistributedTestFailure, run_distributed
+from tests._helpers import harness as _harness
+from tests._helpers.harness import DistributedTestFailure, run_distributed
 
 
 def _identity(rank: int, world_size: int) -> tuple:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.compile import _bodies as B
+from tests._helpers import compiled as B
+from tests._helpers.harness import run_distributed
 
 ALL = B.LOSS_CASES + B.METRIC_CASES
 DISABLED = "Skip calling `torch.compiler.disable()`d function"

@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
+from tests._helpers.harness import run_distributed
 from torchmetrics_diff.distributed import _backend, all_gather_cat, all_reduce, gather_all_tensors
 
 pytestmark = pytest.mark.timeout(150)

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 import torch
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import Checks, record_collectives
+from tests._helpers.checks import Checks
+from tests._helpers.collectives import record_collectives
+from tests._helpers.harness import run_distributed
 from torchmetrics_diff.distributed import _steady
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync, sync_states
 

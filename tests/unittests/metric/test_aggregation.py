@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.unittests.metric._helpers import F64, VectorSum, rand
+from tests._helpers.metrics import VectorSum
+from tests._helpers.seeds import F64, rand
 from torchmetrics_diff import CatMetric, CompositionalMetric, MaxMetric, MeanMetric, MinMetric, SumMetric
 
 AGGREGATORS = {

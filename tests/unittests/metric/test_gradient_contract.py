@@ -20,21 +20,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import (
-    F64,
-    IN_FEATURES,
-    Checks,
-    Projection,
-    SoftmaxScore,
-    assert_no_failures,
-    bounds,
-    make_model,
-    projection_ref,
-    rand,
-    record_collectives,
-    softmax_score_ref,
-)
+from tests._helpers.checks import Checks, assert_no_failures
+from tests._helpers.collectives import record_collectives
+from tests._helpers.harness import run_distributed
+from tests._helpers.metrics import IN_FEATURES, Projection, SoftmaxScore, make_model, projection_ref, softmax_score_ref
+from tests._helpers.seeds import F64, bounds, rand
 from torchmetrics_diff import CatMetric, MaxMetric, MeanMetric, Metric, MetricCollection, MinMetric, SumMetric
 
 pytestmark = pytest.mark.timeout(180)

@@ -13,7 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from tests.unittests.metric._helpers import F64, Checks, SoftmaxScore, assert_no_failures, rand, softmax_score_ref
+from tests._helpers.checks import Checks, assert_no_failures
+from tests._helpers.metrics import SoftmaxScore, softmax_score_ref
+from tests._helpers.seeds import F64, rand
 from torchmetrics_diff import CatMetric, MaxMetric, MeanMetric, Metric, MetricCollection, SumMetric
 
 

@@ -13,17 +13,11 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import (
-    F64,
-    BigSum,
-    Checks,
-    ManySums,
-    Rows,
-    assert_no_failures,
-    rand,
-    record_collectives,
-)
+from tests._helpers.checks import Checks, assert_no_failures
+from tests._helpers.collectives import record_collectives
+from tests._helpers.harness import run_distributed
+from tests._helpers.metrics import BigSum, ManySums, Rows
+from tests._helpers.seeds import F64, rand
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 
 pytestmark = pytest.mark.timeout(120)

@@ -20,8 +20,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import bounds, rand
+from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import bounds, rand
 from torchmetrics_diff import Metric, MetricCollection, SumMetric
 from torchmetrics_diff.distributed import gather_all_tensors
 from torchmetrics_diff.losses import CLIPLoss
@@ -175,7 +175,7 @@ def test_logit_scale_of_shape_one_under_ranks() -> None:
 
 def _groups_body(rank: int, world: int) -> dict[str, Any]:
     """A compute group {a, b} of two SumMetrics and a lone MaxMetric: values and collectives of compute()."""
-    from tests.unittests.metric._helpers import record_collectives
+    from tests._helpers.collectives import record_collectives
     from torchmetrics_diff import MaxMetric
 
     coll = MetricCollection({"a": SumMetric(), "b": SumMetric(), "c": MaxMetric()}, compute_groups=[["a", "b"]])

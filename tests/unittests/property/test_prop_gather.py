@@ -16,9 +16,9 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tests.unittests.property._common import (
+from tests._helpers.checks import Checks, short
+from tests._helpers.property import (
     LAYOUTS,
-    Checks,
     apply,
     batches,
     budget,
@@ -29,7 +29,6 @@ from tests.unittests.property._common import (
     leaf,
     seeded,
     seeds,
-    short,
     slow,
     view,
     weights,
@@ -131,7 +130,7 @@ def _one(chk: Checks, rank: int, world: int, case: GatherCase) -> None:
 def gather_body(rank: int, world: int, cases: list[GatherCase]) -> list:
     results = []
     for i, case in enumerate(cases):
-        chk = Checks(rank, world)
+        chk = Checks(f"[W={world} rank {rank}] ")
         chk.case = f"case {i}: {short(case)}"
         with case_context(i, case):
             _one(chk, rank, world, case)
@@ -189,7 +188,7 @@ def test_gathers_soak(world: int, data: st.DataObject) -> None:
 @example(case=GatherCase("gather", "float32", ((2,),), "none", (True,), "contiguous", False, 0))
 def test_gathers_without_process_group(case: GatherCase) -> None:
     """Not initialised at all (the pytest process): the same answers as a world of one."""
-    chk = Checks(0, 1)
+    chk = Checks("[W=1 rank 0] ")
     chk.case = repr(case)
     _one(chk, 0, 1, case)
     assert not chk.failures, "\n".join(chk.failures)

@@ -16,22 +16,20 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unittests.property._common import (
+from tests._helpers.checks import Checks, digest, short
+from tests._helpers.property import (
     DTYPES,
     LAYOUTS,
-    Checks,
     apply,
     batches,
     budget,
     case_context,
-    digest,
     dispatch,
     dtype_names,
     is_float,
     leaf,
     seeded,
     seeds,
-    short,
     slow,
     view,
     weights,
@@ -127,7 +125,7 @@ def _one(chk: Checks, rank: int, world: int, case: ReduceCase) -> str:
 def reduce_body(rank: int, world: int, cases: list[ReduceCase]) -> list:
     results = []
     for i, case in enumerate(cases):
-        chk = Checks(rank, world)
+        chk = Checks(f"[W={world} rank {rank}] ")
         chk.case = f"case {i}: {short(case)}"
         with case_context(i, case):
             fingerprint = _one(chk, rank, world, case)

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
+from tests._helpers.harness import run_distributed
 from torchmetrics_diff.distributed._sync import SyncPlan, sync_states
 
 pytestmark = pytest.mark.timeout(120)

@@ -21,27 +21,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unittests.property._common import (
-    Checks,
-    apply,
-    batches,
-    budget,
-    case_context,
-    digest,
-    dispatch,
-    short,
-    slow,
-    weights,
-)
-from tests.unittests.property._states import (
-    StateSpec,
-    SyncCase,
-    float_tensors,
-    reduction_fx,
-    reference,
-    state_value,
-    sync_cases,
-)
+from tests._helpers.checks import Checks, digest, short
+from tests._helpers.property import apply, batches, budget, case_context, dispatch, slow, weights
+from tests._helpers.states import StateSpec, SyncCase, float_tensors, reduction_fx, reference, state_value, sync_cases
 from torchmetrics_diff.distributed._sync import SyncPlan, sync_states
 
 pytestmark = pytest.mark.timeout(240)
@@ -107,7 +89,7 @@ def check_sync(chk: Checks, rank: int, world: int, case: SyncCase, sync: int, pl
 def sync_body(rank: int, world: int, cases: list[SyncCase]) -> list:
     results = []
     for i, case in enumerate(cases):
-        chk = Checks(rank, world)
+        chk = Checks(f"[W={world} rank {rank}] ")
         chk.case = f"case {i}: {short(case)}"
         plan = SyncPlan()
         outs = []

@@ -16,17 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import (
-    F64,
-    IN_FEATURES,
-    Checks,
-    assert_no_failures,
-    bounds,
-    make_model,
-    rand,
-    record_collectives,
-)
+from tests._helpers.checks import Checks, assert_no_failures
+from tests._helpers.collectives import record_collectives
+from tests._helpers.harness import run_distributed
+from tests._helpers.metrics import IN_FEATURES, make_model
+from tests._helpers.seeds import F64, bounds, rand
 from torchmetrics_diff import (
     CosineSimilarity,
     MeanAbsoluteError,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import tensor_devices
+from tests._helpers.checks import tensor_devices
+from tests._helpers.harness import run_distributed
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module

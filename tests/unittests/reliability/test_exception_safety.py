@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.reliability._util import Outcome, differences, outcome, problem, snapshot
+from tests._helpers.harness import run_distributed
+from tests._helpers.outcomes import Outcome, differences, outcome, problem, snapshot
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff.functional import clip_loss, supcon_loss
 from torchmetrics_diff.losses import CLIPLoss, GlobalMeanLoss, SupConLoss, TokenCrossEntropyLoss

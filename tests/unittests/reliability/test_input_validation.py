@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.unittests.reliability._util import expect_error
+from tests._helpers.outcomes import expect_error
 from torchmetrics_diff import CatMetric, MaxMetric, MeanMetric, Metric, MetricCollection, MinMetric, SumMetric
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.functional import global_clip_loss, global_info_nce_loss, global_weighted_mean

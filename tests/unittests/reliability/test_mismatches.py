@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.reliability._util import outcome, problem
+from tests._helpers.harness import run_distributed
+from tests._helpers.outcomes import outcome, problem
 from torchmetrics_diff import Metric, SumMetric
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.functional import supcon_loss

@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.reliability._util import differences, outcome, problem, snapshot
+from tests._helpers.harness import run_distributed
+from tests._helpers.outcomes import differences, outcome, problem, snapshot
 from torchmetrics_diff import MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff.distributed import all_reduce, gather_all_tensors
 

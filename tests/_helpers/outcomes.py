@@ -1,4 +1,4 @@
-"""Helpers of the reliability tests: run a call and describe what it raised, check messages for needles.
+"""Run a call and describe what it raised, check messages for needles (the reliability tests' helpers).
 
 Bodies that run on several ranks must never let an expected error escape (the harness would fail the test and
 rebuild the pool), so they record ``(type name, message, seconds)`` with :func:`outcome` and the test asserts in
