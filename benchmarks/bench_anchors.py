@@ -1,4 +1,4 @@
-"""Our sharded global losses against the distributed losses people use today, side by side in one run (issue #12).
+"""Our sharded global losses against the distributed losses people use today, side by side in one run.
 
 Anchors (each only when importable; the ``bench`` extra installs them, see the Makefile):
 

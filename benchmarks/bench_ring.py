@@ -1,4 +1,4 @@
-"""The ring strategy (issue 13): per-rank loss memory and step time, ring vs sharded, and SigLIP vs open_clip.
+"""The ring strategy: per-rank loss memory and step time, ring vs sharded, and SigLIP vs open_clip.
 
 Everything runs on real gloo ranks (W = 4, and W = 8 for the flatness check) on this machine's 2 cores, float32,
 unit-norm embeddings of width D, a per-rank batch B = N / W, the loss's forward + backward:

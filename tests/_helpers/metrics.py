@@ -164,3 +164,26 @@ class VectorSum(Metric):
 
     def compute(self) -> torch.Tensor:
         return self.total
+
+
+class InPlace(Metric):
+    """Mutates its states in place, then raises on a negative input: a half-done update to roll back."""
+
+    full_state_update = False
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_state("total", torch.zeros(2, dtype=F64), dist_reduce_fx="sum")
+        self.add_state("rows", [], dist_reduce_fx="cat")
+        self.add_state("peak", torch.tensor(float("-inf"), dtype=F64), dist_reduce_fx="max")
+
+    def update(self, x: torch.Tensor) -> None:
+        self.total += torch.stack([x.sum(), (x * x).sum()])
+        self.rows.append(x)
+        self.peak.copy_(torch.maximum(self.peak, x.max()))
+        if (x < 0).any():
+            raise ValueError(f"InPlace: negative input {x.tolist()}")
+
+    def compute(self) -> torch.Tensor:
+        rows = torch.cat(list(self.rows)) if self.rows else torch.zeros(0, dtype=F64)
+        return torch.cat([self.total, rows.sum().reshape(1), self.peak.reshape(1)])

@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple
 import pytest
 import torch
 
-from torchmetrics_diff import Metric
+from torchmetrics_diff import Metric, MetricCollection
 
 
 class Outcome(NamedTuple):
@@ -86,3 +86,8 @@ def differences(before: tuple[dict[str, Any], int], metric: Metric) -> list[str]
         if not same:
             out.append(f"state {name!r} {old} -> {new}")
     return out
+
+
+def members_differences(before: dict[str, tuple], coll: MetricCollection) -> list[str]:
+    """How the members of ``coll`` differ from ``before`` (a :func:`snapshot` per member key)."""
+    return [f"{k}: {d}" for k, m in coll.items() for d in differences(before[k], m)]

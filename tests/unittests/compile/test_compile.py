@@ -13,6 +13,9 @@ The properties, per world size 1, 2, 3 (gloo, float64, uneven rows: rank r holds
 
 Compiling is slow on the 2-core CI machines, so each world size compiles every case once (``backend="eager"``)
 and reuses that compile for all checks; the sharded CLIP loss also runs under ``inductor`` at world sizes 1 and 2.
+
+Package modules covered: ``distributed._compile``, ``metric``, ``collections``, ``aggregation``, ``losses`` and
+``functional`` under ``torch.compile``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Acceptance tests of the differentiable collectives (DESIGN.md §1, §3, §6, §8).
+"""Acceptance tests of the differentiable collectives.
 
 Every expectation is computed by brute force inside the rank's body: each rank rebuilds *all* ranks' inputs
 from seeds known to every rank (``_seed`` hashes a case name that never contains the current rank), turns them
@@ -239,7 +239,7 @@ def _oracle_body(rank: int, world: int) -> list:
         theirs = data[rank].clone().requires_grad_(True)
         with _case(rank, case):
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # deprecated in torch 2.13 (DESIGN §8)
+                warnings.simplefilter("ignore")  # deprecated in torch 2.13
                 ref_slots = list(dist_nn.all_gather(theirs))
             if fn_name == "gather":
                 got = gather_all_tensors(ours, grad="sync")
@@ -730,7 +730,7 @@ def _count_body(rank: int, world: int) -> dict:
 def test_collective_sequence_independent_of_local_data(world_size: int) -> None:
     """Same collectives, same sizes, same order on every rank (one rank empty); no barrier; none at W=1.
 
-    Also: grad="local" issues no collective in backward (DESIGN §3), and grad="sync" issues one.
+    Also: grad="local" issues no collective in backward, and grad="sync" issues one.
     """
     results = run_distributed(_count_body, world_size, timeout=60)
     problems = []
@@ -809,7 +809,7 @@ def _mean_of_int_on_one_rank_body(rank: int, world: int) -> tuple:
 def test_dtype_mismatch_with_op_invalid_for_one_rank_does_not_hang() -> None:
     """A dtype disagreement where one rank's dtype is also invalid for the op (int + "mean").
 
-    The contract (docstring, DESIGN §4) is the same RuntimeError on every rank, never a hang. A rank must not
+    The contract (the docstring) is the same RuntimeError on every rank, never a hang. A rank must not
     raise a purely local error before the metadata exchange that its peers are already waiting in.
     """
     results = run_distributed(_mean_of_int_on_one_rank_body, 2, timeout=15)

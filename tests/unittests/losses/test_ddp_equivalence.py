@@ -1,4 +1,4 @@
-"""The gradient contract of the losses (DESIGN §1, §5) under a real ``DistributedDataParallel`` model.
+"""The gradient contract of the losses under a real ``DistributedDataParallel`` model.
 
 Every rank holds a slice of a global batch (seeded, known to all ranks), runs the replicated float64 model under
 DDP (gradients averaged) and calls the loss; one process (the test process) runs the same model on the whole

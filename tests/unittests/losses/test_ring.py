@@ -1,4 +1,4 @@
-"""The ``"ring"`` strategy (issue 13): exact global-batch gradients with per-rank memory independent of N.
+"""The ``"ring"`` strategy: exact global-batch gradients with per-rank memory independent of N.
 
 - Gradient equivalence under a real ``DistributedDataParallel`` model, float64, W = 1, 2, 3, even, uneven and empty
   ranks, ``grad_reduction`` "mean" (DDP) and "sum" (a manual all-reduce), tiles of 2 and 3 candidate columns (so

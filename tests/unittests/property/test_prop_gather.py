@@ -5,6 +5,9 @@ concatenation; zero-size ranks; 0-d tensors), dtypes, memory layouts and grad mo
 bit-for-bit every rank's tensor in rank order, and the gradients equal brute-force autograd on one process:
 each rank's loss is a random-weighted ``tanh`` sum of everything gathered, with rank-specific weights;
 ``grad="local"`` gives ``∂L_r/∂x_r``, ``grad="sync"`` gives ``Σ_r' ∂L_r'/∂x_r``.
+
+Package modules covered: the collectives of ``distributed`` (``gather_all_tensors``, ``all_gather_cat``) and their
+autograd.
 """
 
 from __future__ import annotations

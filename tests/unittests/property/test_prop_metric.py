@@ -16,6 +16,9 @@ last ``compute``:
   ``grad_reduction="mean"`` scaling) of brute-force autograd on that reference;
 * the accumulators after ``forward`` follow the documented merge (running mean for ``mean`` states, a replay of
   ``update`` when a callable or ``None`` reduction is present).
+
+Package modules covered: ``metric`` (states, ``update``/``compute``, ``merge_state``) over the sync engine
+``distributed._sync``.
 """
 
 from __future__ import annotations

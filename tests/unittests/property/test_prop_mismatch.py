@@ -10,6 +10,9 @@ rank that fails before syncing (a list state that cannot be concatenated, a dtyp
 Every rank must raise — a ``RuntimeError`` with the same message on every rank for disagreements, the odd rank's
 own error (and a ``RuntimeError`` naming it elsewhere) for local problems — and then a valid collective, and a
 valid sync with the *same* plan, must give the right answer.
+
+Package modules covered: the agreement checks of ``distributed`` (collectives and the sync engine
+``distributed._sync``).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ Random equal shapes (0-d and zero-size included), dtypes, ops, layouts, grad mod
 rounding of a different summation order), are bit-identical on every rank, keep dtype and shape; gradients equal
 brute-force autograd through ``torch.stack(...).amax(0)`` & co (ties of min/max split evenly, like ``amax``).
 The ill-defined combinations (``mean`` of integers or bools, ``sum`` of bools) raise ``ValueError`` on every rank.
+
+Package modules covered: ``distributed.all_reduce`` and its autograd.
 """
 
 from __future__ import annotations

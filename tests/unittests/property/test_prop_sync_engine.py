@@ -10,6 +10,8 @@ Every sync must equal, on every rank and bit-identically across ranks: ``torch.s
 for the reductions, the rank-order concatenation for ``cat`` and list states, ``fn(torch.stack(...))`` for
 callables and the stack itself for ``None``. With ``grad="local"`` the gradient reaching a rank's own inputs is
 ``grad_scale · ∂L_r/∂x_r`` of brute-force autograd on the reference. Inputs are left untouched.
+
+Package modules covered: the sync engine ``distributed._sync`` (plans, rounds, the steady fast path).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Regression metrics on the global batch: values equal torchmetrics' functions on the concatenation of every
-rank's rows (W = 1, 2, 3, uneven batches, a rank with zero rows), and the gradient contract (DESIGN §1): with
+rank's rows (W = 1, 2, 3, uneven batches, a rank with zero rows), and the gradient contract: with
 ``dist_sync_on_step=True`` the DDP-averaged float64 gradient equals one process on the concatenated batch.
 
 Every rank rebuilds the whole global data from seeds; references are torchmetrics' functions (values, computed

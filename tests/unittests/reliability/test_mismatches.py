@@ -3,6 +3,9 @@ state (or argument), the ranks and what each rank had — never a hang, never si
 are still in step afterwards. Also: a rank outside a subgroup.
 
 The last rank is the odd one out. Messages quoted in ``docs/guide/failure_modes.rst`` come from these bodies.
+
+Package modules covered: the agreement checks of ``distributed`` (collectives and the sync engine) as ``metric`` and
+``losses`` meet them.
 """
 
 from __future__ import annotations
