@@ -209,12 +209,17 @@ def _report(title: str, errors: dict[int, str], missing: list[int], why: str) ->
     return "\n".join(parts)
 
 
-def _start_pool(world_size: int, pg_timeout: float = _PG_TIMEOUT_S, init_group: bool = True) -> _Pool:
+def _start_pool(
+    world_size: int,
+    pg_timeout: float = _PG_TIMEOUT_S,
+    init_group: bool = True,
+    startup_timeout: float = _STARTUP_TIMEOUT_S,
+) -> _Pool:
     """Start ``world_size`` workers and wait until every one is ready, with a new port on each try."""
     for _ in range(_STARTUP_ATTEMPTS):
         pool = _Pool(world_size, pg_timeout, init_group)
         try:
-            _, errors, missing = pool.collect(_READY, _STARTUP_TIMEOUT_S, grace=0.0)
+            _, errors, missing = pool.collect(_READY, startup_timeout, grace=0.0)
         except BaseException:
             pool.close(graceful=False)
             raise
@@ -226,7 +231,7 @@ def _start_pool(world_size: int, pg_timeout: float = _PG_TIMEOUT_S, init_group: 
             f"could not start {world_size} gloo workers ({_STARTUP_ATTEMPTS} tries)",
             errors,
             missing,
-            f"start-up timeout {_STARTUP_TIMEOUT_S}s or another rank failed",
+            f"start-up timeout {startup_timeout}s or another rank failed",
         )
     )
 
@@ -305,15 +310,16 @@ def run_once(
 
     Unlike :func:`run_distributed`, the workers are started for this call and stopped after it (what a benchmark
     needs: its peak memory is its own, and environment variables set before the call reach the workers), any
-    world size is allowed, ``pg_timeout`` bounds each collective (a benchmark step can take seconds under load),
-    and ``init_group=False`` runs without a process group.
+    world size is allowed, start-up may take as long as ``timeout`` (eight ranks importing torch on two busy
+    cores), ``pg_timeout`` bounds each collective (a benchmark step can take seconds under load), and
+    ``init_group=False`` runs without a process group.
 
     Raises:
         DistributedTestFailure: a rank raised or died, or not every rank finished within ``timeout`` seconds
             (the workers are then killed).
     """
     blob = pickle.dumps((fn, args, kwargs))
-    pool = _start_pool(world_size, pg_timeout, init_group)
+    pool = _start_pool(world_size, pg_timeout, init_group, startup_timeout=timeout)
     failed = False
 
     def kill() -> None:
