@@ -1,7 +1,7 @@
 """Acceptance tests of the differentiable collectives.
 
 Every expectation is computed by brute force inside the rank's body: each rank rebuilds *all* ranks' inputs
-from seeds known to every rank (``_seed`` hashes a case name that never contains the current rank), turns them
+from seeds known to every rank (``seed`` hashes a case name that never contains the current rank), turns them
 into leaf tensors, computes each rank's loss on the full data with plain torch ops, and differentiates with
 autograd. Nothing expected comes from the code under test.
 
@@ -12,7 +12,6 @@ ranks stay in step (no rank leaves a collective half-issued) and one run reports
 from __future__ import annotations
 
 import warnings
-import zlib
 from contextlib import contextmanager
 from typing import Callable
 
@@ -21,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import seed
 from torchmetrics_diff.distributed import _backend, all_gather_cat, all_reduce, gather_all_tensors
 
 pytestmark = pytest.mark.timeout(150)
@@ -35,13 +35,8 @@ F64 = torch.float64
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _seed(*parts: object) -> int:
-    """A seed that is the same in every process (``hash`` of a str is salted per process)."""
-    return zlib.crc32("/".join(map(str, parts)).encode())
-
-
 def _rand(shape: tuple, *parts: object) -> torch.Tensor:
-    return torch.randn(shape, generator=torch.Generator().manual_seed(_seed(*parts)), dtype=F64)
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed(*parts)), dtype=F64)
 
 
 class _Checks:
@@ -501,7 +496,7 @@ def _edge_body(rank: int, world: int) -> list:
     # Integer and bool dtypes: values right, dtype kept, never requires grad, input untouched.
     for dtype in (torch.int64, torch.int32, torch.uint8, torch.bool):
         case = f"dtype {dtype}/W={world}"
-        gen = [torch.Generator().manual_seed(_seed(case, r)) for r in range(world)]
+        gen = [torch.Generator().manual_seed(seed(case, r)) for r in range(world)]
         high = 2 if dtype == torch.bool else 200
         data = [torch.randint(0, high, ([2, 0, 3][r], 2), generator=gen[r]).to(dtype) for r in range(world)]
         same = [torch.randint(0, high, (2, 3), generator=gen[r]).to(dtype) for r in range(world)]

@@ -1,5 +1,5 @@
 """Bugs found by the property suite, pinned as plain examples (
-the generators in ``_states.py`` and ``test_prop_metric.py`` now draw these cases too).
+the generators in ``tests/_helpers/states.py`` and ``test_prop_metric.py`` now draw these cases too).
 
 Each test states the contract, a minimal reproduction, and the fix; they failed before it.
 
