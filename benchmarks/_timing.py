@@ -1,4 +1,5 @@
-"""Shared helpers of the benchmark scripts: spawned gloo workers, medians, aligned tables, acceptance checks.
+"""Shared helpers of the benchmark scripts: spawned gloo workers (the test harness's), medians, aligned tables,
+acceptance checks, and the one loader of open_clip's loss module.
 
 A benchmark module ``bench_<name>.py`` exposes ``main(args) -> list[Check]`` (``args.quick``: fewer repeats);
 ``run_all.py`` finds it by its file name and prints every returned :class:`Check` at the end.
@@ -14,22 +15,29 @@ Timing rules used throughout:
 
 from __future__ import annotations
 
+import functools
 import gc
+import importlib.util
 import os
-import queue as queue_mod
-import socket
 import statistics
+import sys
 import time
-import traceback
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # the workers come from the test harness (``tests/_helpers/harness.py``)
+    sys.path.insert(0, str(REPO))
+
+from tests._helpers.harness import run_once  # noqa: E402
 
 
 @dataclass
@@ -55,64 +63,47 @@ class Check:
 
 
 # ----------------------------------------------------------------------------------------------- processes
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _quiet() -> None:
     warnings.filterwarnings("ignore")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 
-def _worker(rank: int, world: int, port: int, fn: Callable, args: tuple, results: Any) -> None:
-    try:
-        _quiet()
-        torch.set_num_threads(1)
-        if world > 1:
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        out = fn(rank, world, *args)
-        if world > 1:
-            dist.barrier()
-            dist.destroy_process_group()
-        results.put((rank, "ok", out if rank == 0 else None))
-    except BaseException:
-        results.put((rank, "error", traceback.format_exc()))
+def _quietly(rank: int, world: int, fn: Callable, *args: Any) -> Any:
+    """``fn(rank, world, *args)`` with warnings off (the harness's workers already run one thread each)."""
+    _quiet()
+    return fn(rank, world, *args)
 
 
 def run_spawned(fn: Callable, world: int, *args: Any, timeout: float = 600.0) -> Any:
-    """Run ``fn(rank, world, *args)`` on ``world`` spawned processes (gloo on 127.0.0.1 when ``world > 1``).
+    """Run ``fn(rank, world, *args)`` on ``world`` fresh spawned processes (gloo on 127.0.0.1 when ``world > 1``).
 
-    Returns rank 0's return value. Any rank's exception is re-raised here with its traceback; a run longer
-    than ``timeout`` seconds is killed. ``fn`` must be a module-level function (it is pickled by name).
+    Returns rank 0's return value. The processes are the test harness's (:func:`tests._helpers.harness.run_once`),
+    started for this call only, so a run's peak memory is its own and environment variables set before the call
+    reach them. Any rank's exception is re-raised here with its traceback; a run longer than ``timeout`` seconds
+    is killed. ``fn`` must be a module-level function (it is pickled by name).
     """
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, fn, args, results), daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + timeout
-    value, pending = None, world
-    try:
-        while pending:
-            try:
-                rank, status, payload = results.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue_mod.Empty:
-                raise TimeoutError(f"{getattr(fn, '__name__', fn)} on {world} ranks ran past {timeout:.0f} s") from None
-            if status == "error":
-                raise RuntimeError(f"rank {rank} of {world} failed:\n{payload}")
-            if rank == 0:
-                value = payload
-            pending -= 1
-    finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    return value
+    return run_once(_quietly, world, fn, *args, timeout=timeout, init_group=world > 1)[0]
+
+
+# ----------------------------------------------------------------------------------------------- anchors
+@functools.cache
+def open_clip_loss() -> ModuleType:
+    """open_clip's ``loss`` module, loaded from its file without running the package.
+
+    The package's ``__init__`` imports torchvision, which cannot be installed beside the pinned CPU torch (the
+    Makefile installs open_clip_torch with ``--no-deps``); ``loss.py`` imports only torch.
+
+    Raises:
+        ImportError: open_clip_torch is not installed.
+    """
+    spec = importlib.util.find_spec("open_clip")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("open_clip_torch is not installed")
+    path = os.path.join(next(iter(spec.submodule_search_locations)), "loss.py")
+    module_spec = importlib.util.spec_from_file_location("_open_clip_loss", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
 
 
 # ------------------------------------------------------------------------------------------------ timing

@@ -1,4 +1,4 @@
-"""Our sharded global losses against the distributed losses people use today, side by side in one run (issue #12).
+"""Our sharded global losses against the distributed losses people use today, side by side in one run.
 
 Anchors (each only when importable; the ``bench`` extra installs them, see the Makefile):
 
@@ -20,7 +20,6 @@ tensors leave the resident set), the maximum over ranks, after warm-up steps of 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
 import time
@@ -28,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from _timing import Check, fx, ratio, run_spawned, table
+from _timing import Check, fx, open_clip_loss, ratio, run_spawned, table
 
 D = 256
 CONFIGS = [(2, 4096), (4, 4096), (2, 16384), (4, 16384)]  # (W, N) of the CLIP and SigLIP pairs
@@ -46,18 +45,6 @@ TARGETS = {  # pair -> (time ratio limit, memory ratio limit or None)
 
 
 # ------------------------------------------------------------------------------------------ the anchors
-def _open_clip_loss() -> Any:
-    """open_clip's ``loss`` module, loaded from its file (its package ``__init__`` needs torchvision)."""
-    spec = importlib.util.find_spec("open_clip")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("open_clip_torch is not installed")
-    path = os.path.join(next(iter(spec.submodule_search_locations)), "loss.py")
-    module_spec = importlib.util.spec_from_file_location("_open_clip_loss", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
-
 def _pml() -> Any:
     from pytorch_metric_learning.losses import NTXentLoss
     from pytorch_metric_learning.utils.distributed import DistributedLossWrapper
@@ -69,7 +56,7 @@ def _available() -> dict[str, str | None]:
     """Which anchors import here: pair -> None, or why it is skipped."""
     out: dict[str, str | None] = {}
     try:
-        _open_clip_loss()
+        open_clip_loss()
         out["clip"] = out["siglip"] = None
     except Exception as err:
         out["clip"] = out["siglip"] = f"open_clip loss module not importable ({type(err).__name__}: {err})"
@@ -114,7 +101,7 @@ def _steps(pair: str, rank: int, world: int, n: int) -> dict[str, Callable[[], A
         return torch.nn.functional.normalize(x, dim=1).requires_grad_()
 
     if pair in ("clip", "siglip"):
-        oc = _open_clip_loss()
+        oc = open_clip_loss()
         img, txt = unit(rows), unit(rows)
         scale = torch.tensor(10.0, requires_grad=True)
         if pair == "clip":

@@ -1,4 +1,4 @@
-"""A MetricCollection of six classification metrics (issue #14): sync + compute, ours vs torchmetrics, W=2 gloo.
+"""A MetricCollection of six classification metrics: sync + compute, ours vs torchmetrics, W=2 gloo.
 
 The collection: micro and macro accuracy, macro precision, recall and F1, and the confusion matrix of a
 10-class task, every member with ``compute_with_cache=False`` so that each ``compute()`` syncs (torchmetrics
@@ -90,8 +90,7 @@ def main(args: Any) -> list[Check]:
     speedup = paired_ratio(compute.get("torchmetrics"), compute.get("ours"))
     over_floor = paired_ratio(compute.get("ours"), compute.get("floor"))
     rows = [
-        [name, ms(median(compute[name])) if name in compute else "n/a"]
-        for name in ("ours", "torchmetrics", "floor")
+        [name, ms(median(compute[name])) if name in compute else "n/a"] for name in ("ours", "torchmetrics", "floor")
     ]
     print(
         table(

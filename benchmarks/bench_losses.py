@@ -1,4 +1,4 @@
-"""CLIPLoss strategies: replicated vs sharded, step time and peak memory per rank (issue #4).
+"""CLIPLoss strategies: replicated vs sharded, step time and peak memory per rank.
 
 Two parts:
 

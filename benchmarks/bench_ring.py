@@ -1,4 +1,4 @@
-"""The ring strategy (issue 13): per-rank loss memory and step time, ring vs sharded, and SigLIP vs open_clip.
+"""The ring strategy: per-rank loss memory and step time, ring vs sharded, and SigLIP vs open_clip.
 
 Everything runs on real gloo ranks (W = 4, and W = 8 for the flatness check) on this machine's 2 cores, float32,
 unit-norm embeddings of width D, a per-rank batch B = N / W, the loss's forward + backward:
@@ -20,16 +20,14 @@ torchvision; skipped with a message when open_clip is not installed).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
-import sysconfig
 import time
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from _timing import Check, fx, ms, run_spawned, table
+from _timing import Check, fx, ms, open_clip_loss, run_spawned, table
 
 from torchmetrics_diff.functional._strategy import DEFAULT_TILE
 
@@ -63,21 +61,6 @@ def _peak_mib() -> float:
     return float("nan")
 
 
-def _open_clip_loss_module() -> Any:
-    """open_clip's ``loss.py`` loaded as a lone module (the package ``__init__`` imports torchvision)."""
-    spec = importlib.util.find_spec("open_clip")
-    if spec is None or not spec.submodule_search_locations:
-        path = os.path.join(sysconfig.get_paths()["purelib"], "open_clip", "loss.py")
-    else:
-        path = os.path.join(next(iter(spec.submodule_search_locations)), "loss.py")
-    if not os.path.exists(path):
-        return None
-    module_spec = importlib.util.spec_from_file_location("_open_clip_loss", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
-
 def _step_fn(kind: str, strategy: str, rank: int, world: int, n: int, d: int, tile: int) -> Callable[[], None]:
     """One forward + backward of the loss on this rank's B = n / world rows (leaf inputs, float32)."""
     gen = torch.Generator().manual_seed(1000 + rank)
@@ -92,8 +75,7 @@ def _step_fn(kind: str, strategy: str, rank: int, world: int, n: int, d: int, ti
         loss = CLIPLoss(strategy=strategy, tile=tile if strategy == "ring" else None)
         return lambda: loss(img, txt, scale).backward()
     if strategy == "open_clip":
-        module = _open_clip_loss_module()
-        oc = module.SigLipLoss(rank=rank, world_size=world, dist_impl="bidir")
+        oc = open_clip_loss().SigLipLoss(rank=rank, world_size=world, dist_impl="bidir")
         return lambda: oc(img, txt, scale, bias).backward()
     from torchmetrics_diff.losses import SigLIPLoss
 
@@ -258,7 +240,11 @@ def main(args: Any) -> list[Check]:
     n, d, w = (4096, 128, W_BIG) if quick else (N_BIG, D_BIG, W_BIG)
     small = n // 4
     rounds = 2 if quick else 4
-    have_open_clip = _open_clip_loss_module() is not None
+    try:
+        open_clip_loss()
+        have_open_clip = True
+    except ImportError:
+        have_open_clip = False
     if not have_open_clip:
         print("bench_ring: open_clip is not installed (pip install open_clip_torch --no-deps); its rows read n/a\n")
 

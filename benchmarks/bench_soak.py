@@ -1,4 +1,4 @@
-"""Soak: 10,000 steps of a loss metric's forward and of a CatMetric's update-only epochs (issue #5).
+"""Soak: 10,000 steps of a loss metric's forward and of a CatMetric's update-only epochs.
 
 Prints the resident memory and the number of live tensors at steps 1,000 and 10,000 (and in between). Flat
 figures mean no step keeps anything alive: no autograd graph in the states, no growing cache. A shorter run of

@@ -1,4 +1,4 @@
-"""The state-sync engine (issue #3): ours vs torchmetrics vs the raw collective that bounds it (the floor).
+"""The state-sync engine: ours vs torchmetrics vs the raw collective that bounds it (the floor).
 
 Tables:
 

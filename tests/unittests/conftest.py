@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unittests._harness import shutdown_pools
+from tests._helpers.harness import shutdown_pools
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -3,6 +3,8 @@
 Skipped (never failed) without CUDA. The checks are written as ``_check_*(device)`` helpers so that they read the
 same on any device; the CPU-only counterparts (a ``meta`` device, and the device of every communication buffer on
 two gloo ranks) live in ``tests/unittests/reliability/test_devices.py``.
+
+Package modules covered: ``metric``, ``aggregation``, ``losses`` and the sync engine on ``cuda:0``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Callable
 import pytest
 import torch
 
-from tests.unittests.metric._helpers import tensor_devices
+from tests._helpers.checks import tensor_devices
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._sync import sync_states

@@ -1,4 +1,5 @@
-"""Self-tests of the multi-process harness: rank identity, persistence, and failures that must not hang."""
+"""Self-tests of the multi-process harness (``tests/_helpers/harness.py``): rank identity, persistence, failures that
+must not hang, and the one-off workers the benchmarks run on."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests import _harness
-from tests.unittests._harness import DistributedTestFailure, run_distributed
+from tests._helpers import harness as _harness
+from tests._helpers.harness import DistributedTestFailure, run_distributed, run_once
 
 
 def _identity(rank: int, world_size: int) -> tuple:
@@ -44,6 +45,10 @@ def _die_on_rank0(rank: int, world_size: int) -> int:
 
 def _unpicklable(rank: int, world_size: int) -> object:
     return lambda: rank
+
+
+def _group_and_pid(rank: int, world_size: int) -> tuple[bool, int]:
+    return dist.is_initialized(), os.getpid()
 
 
 def _add(rank: int, world_size: int, x: torch.Tensor, *, y: int) -> torch.Tensor:
@@ -115,3 +120,14 @@ def test_stale_answers_are_ignored() -> None:
 def test_unsupported_world_size() -> None:
     with pytest.raises(ValueError, match="world_size"):
         run_distributed(_identity, 4)
+
+
+def test_run_once_starts_fresh_workers_of_any_size_and_stops_them() -> None:
+    """The benchmarks' form: new processes per call (their peak memory is their own), no group when asked."""
+    (first,) = run_once(_group_and_pid, 1, init_group=False, timeout=120.0)
+    (second,) = run_once(_group_and_pid, 1, init_group=False, timeout=120.0)
+    assert first[0] is False and second[0] is False
+    assert first[1] != second[1] and os.getpid() not in (first[1], second[1])
+    assert run_once(_identity, 4, timeout=120.0) == [(r, 4, r, 4, 4.0) for r in range(4)]
+    with pytest.raises(DistributedTestFailure, match="ValueError: boom on purpose"):
+        run_once(_raise_on_rank1, 2, timeout=120.0)

@@ -1,4 +1,6 @@
-"""A short soak (the long one is ``benchmarks/bench_soak.py``): memory and live tensors stay flat over steps."""
+"""A short soak (the long one is ``benchmarks/bench_soak.py``): memory and live tensors stay flat over steps.
+
+Package modules covered: ``metric``, ``aggregation`` and ``losses`` over many steps."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from lightning.fabric.loggers import CSVLogger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from tests.integration.lightning import _common as C
+from tests._helpers import lightning_runs as C
 from torchmetrics_diff import MaxMetric, MeanMetric, MetricCollection, SumMetric
 from torchmetrics_diff.integrations.lightning import log_epoch
 from torchmetrics_diff.losses import CLIPLoss

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from tests.integration.lightning import _common as C
+from tests._helpers import lightning_runs as C
 from torchmetrics_diff import MaxMetric, MeanMetric, MetricCollection, SumMetric
 from torchmetrics_diff.losses import CLIPLoss
 

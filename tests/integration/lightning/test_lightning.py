@@ -2,11 +2,11 @@
 
 Each run is a script (Lightning and Fabric re-launch their own script for rank 1, so they cannot run inside
 pytest's process); the test runs it in a new session with a timeout that kills every process, then compares
-rank 0's CSV log with :func:`_common.reference_run` — the same training replayed on one process from the global
-batches with an independent CLIP formula. Uneven rows (3 + 2), float64 towers trained by SGD: the step values
-are the global ones, the epoch values are ``compute()`` over the epoch's steps on both ranks (so the metrics were
-reset between epochs), and the trained weights equal the one-process ones (exact gradients through Lightning's
-DDP).
+rank 0's CSV log with :func:`tests._helpers.lightning_runs.reference_run` — the same training replayed on one
+process from the global batches with an independent CLIP formula. Uneven rows (3 + 2), float64 towers trained by
+SGD: the step values are the global ones, the epoch values are ``compute()`` over the epoch's steps on both ranks
+(so the metrics were reset between epochs), and the trained weights equal the one-process ones (exact gradients
+through Lightning's DDP).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.lightning import _common as C
+from tests._helpers import lightning_runs as C
 
 pytest.importorskip("lightning", reason="the lightning integration tests need the `test` extra")
 

@@ -13,8 +13,10 @@ from typing import Any, Callable, NamedTuple
 import pytest
 import torch
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import Checks, assert_no_failures, bounds, record_collectives, seed
+from tests._helpers.checks import Checks, assert_no_failures
+from tests._helpers.collectives import record_collectives
+from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import bounds, seed
 from torchmetrics_diff import AUROC, Accuracy, ConfusionMatrix, F1Score, Metric, MetricCollection, Precision, Recall
 
 pytestmark = pytest.mark.timeout(240)

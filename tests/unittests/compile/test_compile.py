@@ -13,14 +13,17 @@ The properties, per world size 1, 2, 3 (gloo, float64, uneven rows: rank r holds
 
 Compiling is slow on the 2-core CI machines, so each world size compiles every case once (``backend="eager"``)
 and reuses that compile for all checks; the sharded CLIP loss also runs under ``inductor`` at world sizes 1 and 2.
+
+Package modules covered: ``distributed._compile``, ``metric``, ``collections``, ``aggregation``, ``losses`` and
+``functional`` under ``torch.compile``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.compile import _bodies as B
+from tests._helpers import compiled as B
+from tests._helpers.harness import run_distributed
 
 ALL = B.LOSS_CASES + B.METRIC_CASES
 DISABLED = "Skip calling `torch.compiler.disable()`d function"

@@ -1,7 +1,7 @@
-"""Acceptance tests of the differentiable collectives (DESIGN.md §1, §3, §6, §8).
+"""Acceptance tests of the differentiable collectives.
 
 Every expectation is computed by brute force inside the rank's body: each rank rebuilds *all* ranks' inputs
-from seeds known to every rank (``_seed`` hashes a case name that never contains the current rank), turns them
+from seeds known to every rank (``seed`` hashes a case name that never contains the current rank), turns them
 into leaf tensors, computes each rank's loss on the full data with plain torch ops, and differentiates with
 autograd. Nothing expected comes from the code under test.
 
@@ -12,7 +12,6 @@ ranks stay in step (no rank leaves a collective half-issued) and one run reports
 from __future__ import annotations
 
 import warnings
-import zlib
 from contextlib import contextmanager
 from typing import Callable
 
@@ -20,7 +19,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
+from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import seed
 from torchmetrics_diff.distributed import _backend, all_gather_cat, all_reduce, gather_all_tensors
 
 pytestmark = pytest.mark.timeout(150)
@@ -35,13 +35,8 @@ F64 = torch.float64
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _seed(*parts: object) -> int:
-    """A seed that is the same in every process (``hash`` of a str is salted per process)."""
-    return zlib.crc32("/".join(map(str, parts)).encode())
-
-
 def _rand(shape: tuple, *parts: object) -> torch.Tensor:
-    return torch.randn(shape, generator=torch.Generator().manual_seed(_seed(*parts)), dtype=F64)
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed(*parts)), dtype=F64)
 
 
 class _Checks:
@@ -239,7 +234,7 @@ def _oracle_body(rank: int, world: int) -> list:
         theirs = data[rank].clone().requires_grad_(True)
         with _case(rank, case):
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # deprecated in torch 2.13 (DESIGN §8)
+                warnings.simplefilter("ignore")  # deprecated in torch 2.13
                 ref_slots = list(dist_nn.all_gather(theirs))
             if fn_name == "gather":
                 got = gather_all_tensors(ours, grad="sync")
@@ -501,7 +496,7 @@ def _edge_body(rank: int, world: int) -> list:
     # Integer and bool dtypes: values right, dtype kept, never requires grad, input untouched.
     for dtype in (torch.int64, torch.int32, torch.uint8, torch.bool):
         case = f"dtype {dtype}/W={world}"
-        gen = [torch.Generator().manual_seed(_seed(case, r)) for r in range(world)]
+        gen = [torch.Generator().manual_seed(seed(case, r)) for r in range(world)]
         high = 2 if dtype == torch.bool else 200
         data = [torch.randint(0, high, ([2, 0, 3][r], 2), generator=gen[r]).to(dtype) for r in range(world)]
         same = [torch.randint(0, high, (2, 3), generator=gen[r]).to(dtype) for r in range(world)]
@@ -730,7 +725,7 @@ def _count_body(rank: int, world: int) -> dict:
 def test_collective_sequence_independent_of_local_data(world_size: int) -> None:
     """Same collectives, same sizes, same order on every rank (one rank empty); no barrier; none at W=1.
 
-    Also: grad="local" issues no collective in backward (DESIGN §3), and grad="sync" issues one.
+    Also: grad="local" issues no collective in backward, and grad="sync" issues one.
     """
     results = run_distributed(_count_body, world_size, timeout=60)
     problems = []
@@ -809,7 +804,7 @@ def _mean_of_int_on_one_rank_body(rank: int, world: int) -> tuple:
 def test_dtype_mismatch_with_op_invalid_for_one_rank_does_not_hang() -> None:
     """A dtype disagreement where one rank's dtype is also invalid for the op (int + "mean").
 
-    The contract (docstring, DESIGN §4) is the same RuntimeError on every rank, never a hang. A rank must not
+    The contract (the docstring) is the same RuntimeError on every rank, never a hang. A rank must not
     raise a purely local error before the metadata exchange that its peers are already waiting in.
     """
     results = run_distributed(_mean_of_int_on_one_rank_body, 2, timeout=15)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
-from tests.unittests._harness import free_port
+from tests._helpers.harness import free_port
 from torchmetrics_diff.distributed import _backend
 
 pytestmark = pytest.mark.timeout(60)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.unittests._harness import run_distributed
+from tests._helpers.harness import run_distributed
 from torchmetrics_diff.distributed import _reductions as R
 from torchmetrics_diff.distributed._sync import SyncPlan, sync_states
 from torchmetrics_diff.distributed._sync.plan import StateSignature, entries, signature_hash

@@ -9,36 +9,30 @@ owner's rows. Every expectation is rebuilt on each rank from seeds known to ever
 
 from __future__ import annotations
 
-import zlib
-
 import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
+from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import F64, generator
 from torchmetrics_diff.distributed._ring import Ring, circulate
 
 pytestmark = pytest.mark.timeout(120)
 
-F64 = torch.float64
 ROWS = {"uneven": [3, 1, 5], "empty": [2, 0, 4], "all-empty": [0, 0, 0]}
 DIM = 3
 
 
-def _seed(*parts: object) -> int:
-    return zlib.crc32("/".join(map(str, parts)).encode())
-
-
 def _block(owner: int, rows: list[int], case: str) -> list[torch.Tensor]:
     """Rank ``owner``'s block: its rows and a per-row label (two tensors of different dtypes travel together)."""
-    gen = torch.Generator().manual_seed(_seed(case, owner))
+    gen = generator(case, owner)
     x = torch.randn(rows[owner], DIM, generator=gen, dtype=F64)
     label = torch.arange(rows[owner], dtype=torch.int64) + 100 * owner
     return [x, label]
 
 
 def _weight(rank: int, case: str) -> torch.Tensor:
-    return torch.randn(DIM, generator=torch.Generator().manual_seed(_seed(case, "w", rank)), dtype=F64)
+    return torch.randn(DIM, generator=generator(case, "w", rank), dtype=F64)
 
 
 def _loss(rank: int, x: torch.Tensor, case: str) -> torch.Tensor:

@@ -10,7 +10,6 @@ backend's gather (``record_collectives``).
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,8 +17,10 @@ from typing import Any
 import pytest
 import torch
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import Checks, record_collectives
+from tests._helpers.checks import Checks
+from tests._helpers.collectives import record_collectives
+from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import seed
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync, sync_states
 from torchmetrics_diff.distributed._sync import steady as _steady
 
@@ -46,12 +47,8 @@ SPECS: dict[str, tuple[str, torch.dtype, tuple]] = {
 }
 
 
-def _seed(*parts: object) -> int:
-    return zlib.crc32("/".join(map(str, parts)).encode())
-
-
 def _tensor(shape: tuple, dtype: torch.dtype, *parts: object) -> torch.Tensor:
-    g = torch.Generator().manual_seed(_seed(*parts))
+    g = torch.Generator().manual_seed(seed(*parts))
     if dtype == torch.bool:
         return torch.rand(shape, generator=g) > 0.5
     if not dtype.is_floating_point:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchmetrics_diff.functional as ours
-from tests.unittests.metric._helpers import F64, rand, seed
+from tests._helpers.seeds import F64, rand, seed
 
 
 def _g(tag: str) -> torch.Generator:

@@ -21,8 +21,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.losses._common import F64, bounds, gen, max_err
+from tests._helpers.checks import max_err
+from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import F64, bounds, generator
 from torchmetrics_diff.functional import (
     clip_loss,
     global_clip_loss,
@@ -40,7 +41,7 @@ SCALES = {"0-d": (), "shape (1,)": (1,)}
 
 
 def _batch(n: int, key: object) -> tuple[Tensor, Tensor]:
-    g = gen("global_clip", n, key)
+    g = generator("global_clip", n, key)
     img = F.normalize(torch.randn(n, D, generator=g, dtype=F64), dim=1)
     txt = F.normalize(img + 0.7 * torch.randn(n, D, generator=g, dtype=F64), dim=1)  # informative positives
     return img, txt

@@ -1,7 +1,7 @@
 """Tests of ``torchmetrics_diff.functional._strategy``: the strategy table, the option checks, ``checked_together``,
 the packing of views, ``sharded_value`` and ``global_rows_loss`` against a brute-force single process.
 
-The distributed cases run on two gloo ranks (``tests/unittests/_harness.py``) in float64, with uneven rows and an
+The distributed cases run on two gloo ranks (``tests/_helpers/harness.py``) in float64, with uneven rows and an
 empty rank; the reference is one process on the concatenated batch, written here with plain autograd.
 """
 
@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from tests.unittests._harness import run_distributed
+from tests._helpers.harness import run_distributed
 from torchmetrics_diff.distributed import gather_all_tensors
 from torchmetrics_diff.functional import STRATEGIES, global_rows_loss
 from torchmetrics_diff.functional._strategy import (

@@ -17,8 +17,11 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.losses._common import D_IN, F64, IGNORE, N_CLASSES, Net, gen, max_err, ref_token_ce
+from tests._helpers.checks import max_err
+from tests._helpers.harness import run_distributed
+from tests._helpers.loss_cases import D_IN, IGNORE, N_CLASSES, Net
+from tests._helpers.references import ref_token_ce
+from tests._helpers.seeds import F64, generator
 from torchmetrics_diff.losses import GlobalMeanLoss, TokenCrossEntropyLoss
 
 K = 3
@@ -33,7 +36,7 @@ VALID = {
 
 def _micro_batch(world_size: int, rank: int, m: int) -> tuple[Tensor, Tensor]:
     """``(x, target)`` of micro-batch ``m`` of ``rank``: 2 or 3 sequences, ``VALID`` tokens not ignored."""
-    g = gen("accumulate", world_size, rank, m)
+    g = generator("accumulate", world_size, rank, m)
     rows = 2 + (rank + m) % 2
     x = torch.randn(rows, SEQ, D_IN, generator=g, dtype=F64)
     target = torch.randint(0, N_CLASSES, (rows * SEQ,), generator=g)

@@ -1,8 +1,8 @@
-"""The gradient contract of the losses (DESIGN §1, §5) under a real ``DistributedDataParallel`` model.
+"""The gradient contract of the losses under a real ``DistributedDataParallel`` model.
 
 Every rank holds a slice of a global batch (seeded, known to all ranks), runs the replicated float64 model under
 DDP (gradients averaged) and calls the loss; one process (the test process) runs the same model on the whole
-global batch through an *independent* reference formula (``_common.ref_*``). After ``backward``:
+global batch through an *independent* reference formula (``tests._helpers.references``). After ``backward``:
 
 - the returned value is identical on every rank and equals the reference value;
 - the encoders' gradients and the loss parameters' gradients (logit scale / bias) equal the reference gradients;
@@ -26,21 +26,21 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.losses._common import (
+from tests._helpers.checks import max_err
+from tests._helpers.harness import run_distributed
+from tests._helpers.loss_cases import (
     KINDS,
     LOSS_PARAMS,
     STRATEGY_KINDS,
     Net,
-    bounds,
     criterion_call,
     make_batch,
     make_criterion,
-    max_err,
     reference_step,
     reference_weight,
     slice_rows,
 )
+from tests._helpers.seeds import bounds
 
 N_STEPS = 3
 SIZES = {

@@ -1,9 +1,9 @@
-"""The ``"ring"`` strategy (issue 13): exact global-batch gradients with per-rank memory independent of N.
+"""The ``"ring"`` strategy: exact global-batch gradients with per-rank memory independent of N.
 
 - Gradient equivalence under a real ``DistributedDataParallel`` model, float64, W = 1, 2, 3, even, uneven and empty
   ranks, ``grad_reduction`` "mean" (DDP) and "sum" (a manual all-reduce), tiles of 2 and 3 candidate columns (so
   full and partial tiles and single-row blocks all occur), against the *independent* single-process references of
-  ``_common`` (explicit loops over anchors and pairs, never this package's code).
+  ``tests._helpers.references`` (explicit loops over anchors and pairs, never this package's code).
 - Bounded memory, by construction: while a W = 3 ring runs forward and backward, no floating tensor the loss
   creates has more elements than ``B·D`` or ``B·tile``, none has a dimension of the global size,
   and no rank holds more than two received candidate blocks at once.
@@ -23,19 +23,19 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.losses._common import (
+from tests._helpers.checks import max_err
+from tests._helpers.harness import run_distributed
+from tests._helpers.loss_cases import (
     LOSS_PARAMS,
     STRATEGY_KINDS,
     Net,
-    bounds,
     criterion_call,
     make_batch,
     make_criterion,
-    max_err,
     reference_step,
     slice_rows,
 )
+from tests._helpers.seeds import bounds
 from torchmetrics_diff.distributed import _ring as ring_module
 from torchmetrics_diff.functional import global_clip_loss, global_info_nce_loss, global_siglip_loss, global_supcon_loss
 from torchmetrics_diff.losses import CLIPLoss, SigLIPLoss

@@ -18,12 +18,9 @@ import pytest
 import torch
 from torch import Tensor
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.losses._common import (
-    F64,
-    bounds,
-    gen,
-    max_err,
+from tests._helpers.checks import max_err
+from tests._helpers.harness import run_distributed
+from tests._helpers.references import (
     ref_barlow,
     ref_clip,
     ref_info_nce,
@@ -32,6 +29,7 @@ from tests.unittests.losses._common import (
     ref_token_ce,
     ref_weighted_mean,
 )
+from tests._helpers.seeds import F64, bounds, generator
 from torchmetrics_diff.losses import (
     BarlowTwinsLoss,
     CLIPLoss,
@@ -57,7 +55,7 @@ class VCase(NamedTuple):
 
 
 def _randn(*shape: int, key: str) -> Tensor:
-    return torch.randn(*shape, generator=gen("values", key), dtype=F64)
+    return torch.randn(*shape, generator=generator("values", key), dtype=F64)
 
 
 def _positional(criterion: Any, *tensors: Tensor, extra: tuple = ()) -> Tensor:
@@ -168,8 +166,8 @@ def _cases() -> list[VCase]:
 
     # token cross-entropy: rank 0's two sequences are all padding (at W=2, 3); one case where every token is
     logits = _randn(N, 4, 5, key="logits")
-    target = torch.randint(0, 5, (N, 4), generator=gen("values", "target"))
-    pad = torch.rand(N, 4, generator=gen("values", "pad")) < 0.3
+    target = torch.randint(0, 5, (N, 4), generator=generator("values", "target"))
+    pad = torch.rand(N, 4, generator=generator("values", "pad")) < 0.3
     pad[:2] = True
     for ignore_index, smoothing in ((-100, 0.0), (-1, 0.1)):
         tgt = torch.where(pad, torch.full_like(target, ignore_index), target)
@@ -197,8 +195,8 @@ def _cases() -> list[VCase]:
     )
     # weighted mean: NaN padding hidden by the mask; rank 0's rows entirely masked
     values = _randn(N, 3, key="values")
-    weight = 0.5 + torch.rand(N, 1, generator=gen("values", "weight"), dtype=F64)
-    mask = torch.rand(N, 3, generator=gen("values", "mask")) < 0.6
+    weight = 0.5 + torch.rand(N, 1, generator=generator("values", "weight"), dtype=F64)
+    mask = torch.rand(N, 3, generator=generator("values", "mask")) < 0.6
     mask[:2] = False
     mask[2, 0] = True
     nan_values = _masked_nan(values, mask)

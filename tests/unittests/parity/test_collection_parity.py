@@ -2,6 +2,8 @@
 
 Every expectation is what torchmetrics' own ``MetricCollection`` does with the same members (its aggregation
 metrics, or a twin written for both bases), except compute groups, which we never infer (a documented difference).
+
+Package modules covered: ``collections`` (against torchmetrics' ``MetricCollection``).
 """
 
 from __future__ import annotations

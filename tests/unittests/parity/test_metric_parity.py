@@ -1,8 +1,10 @@
-"""torchmetrics' base-class behaviour, one test per gap issue 10 lists, run side by side with real torchmetrics.
+"""torchmetrics' base-class behaviour, one test per gap in the base class, run side by side with real torchmetrics.
 
 Where torchmetrics has the behaviour, the expected value is what *torchmetrics* does on the same calls (its
 aggregation metrics or a twin metric written for both bases); where we keep a documented difference
 (``docs/guide/decisions.rst``), the test pins our behaviour.
+
+Package modules covered: ``metric``, ``aggregation`` and ``composition`` (against torchmetrics' base class).
 """
 
 from __future__ import annotations

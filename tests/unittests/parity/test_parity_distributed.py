@@ -10,6 +10,8 @@
 
 Expected values are written from the global data with plain torch (``torch.cat`` of the rows in rank order,
 cross-entropy of the full logits).
+
+Package modules covered: ``metric``, ``losses`` and the sync engine ``distributed._sync`` at W = 2 and 3.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import bounds, rand
+from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import bounds, rand
 from torchmetrics_diff import Metric, MetricCollection, SumMetric
 from torchmetrics_diff.distributed import gather_all_tensors
 from torchmetrics_diff.losses import CLIPLoss
@@ -171,27 +173,3 @@ def test_logit_scale_of_shape_one_under_ranks() -> None:
         for label in ("flat", "scalar"):
             assert abs(r[label]["loss"] - ref.item()) < 1e-12
             assert r[label]["cache"] == r[label]["loss"]  # Lightning's step value: the global loss
-
-
-def _groups_body(rank: int, world: int) -> dict[str, Any]:
-    """A compute group {a, b} of two SumMetrics and a lone MaxMetric: values and collectives of compute()."""
-    from tests.unittests.metric._helpers import record_collectives
-    from torchmetrics_diff import MaxMetric
-
-    coll = MetricCollection({"a": SumMetric(), "b": SumMetric(), "c": MaxMetric()}, compute_groups=[["a", "b"]])
-    coll.update(torch.tensor([float(rank + 1)]))
-    coll.compute()  # the first sync agrees a plan
-    coll.update(torch.tensor([float(rank + 1)]))
-    with record_collectives() as log:
-        out = coll.compute()
-    return {k: v.item() for k, v in out.items()} | {"collectives": len(log)}
-
-
-def test_compute_group_followers_read_the_synced_states_once() -> None:
-    """The follower's value is the leader's global one (not synced a second time), in the one collective."""
-    results = run_distributed(_groups_body, 2, timeout=60)
-    total = 2 * (1 + 2)  # two updates of rank + 1 on each of 2 ranks
-    for r in results:
-        assert r["a"] == r["b"] == total, r
-        assert r["c"] == 2.0, r
-        assert r["collectives"] == 1, r

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unittests.property._common import SLOW
+from tests._helpers.property import SLOW
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -5,6 +5,9 @@ concatenation; zero-size ranks; 0-d tensors), dtypes, memory layouts and grad mo
 bit-for-bit every rank's tensor in rank order, and the gradients equal brute-force autograd on one process:
 each rank's loss is a random-weighted ``tanh`` sum of everything gathered, with rank-specific weights;
 ``grad="local"`` gives ``∂L_r/∂x_r``, ``grad="sync"`` gives ``Σ_r' ∂L_r'/∂x_r``.
+
+Package modules covered: the collectives of ``distributed`` (``gather_all_tensors``, ``all_gather_cat``) and their
+autograd.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tests.unittests.property._common import (
+from tests._helpers.checks import Checks, short
+from tests._helpers.property import (
     LAYOUTS,
-    Checks,
     apply,
     batches,
     budget,
@@ -29,7 +32,6 @@ from tests.unittests.property._common import (
     leaf,
     seeded,
     seeds,
-    short,
     slow,
     view,
     weights,
@@ -131,7 +133,7 @@ def _one(chk: Checks, rank: int, world: int, case: GatherCase) -> None:
 def gather_body(rank: int, world: int, cases: list[GatherCase]) -> list:
     results = []
     for i, case in enumerate(cases):
-        chk = Checks(rank, world)
+        chk = Checks(f"[W={world} rank {rank}] ")
         chk.case = f"case {i}: {short(case)}"
         with case_context(i, case):
             _one(chk, rank, world, case)
@@ -189,7 +191,7 @@ def test_gathers_soak(world: int, data: st.DataObject) -> None:
 @example(case=GatherCase("gather", "float32", ((2,),), "none", (True,), "contiguous", False, 0))
 def test_gathers_without_process_group(case: GatherCase) -> None:
     """Not initialised at all (the pytest process): the same answers as a world of one."""
-    chk = Checks(0, 1)
+    chk = Checks("[W=1 rank 0] ")
     chk.case = repr(case)
     _one(chk, 0, 1, case)
     assert not chk.failures, "\n".join(chk.failures)

@@ -16,6 +16,9 @@ last ``compute``:
   ``grad_reduction="mean"`` scaling) of brute-force autograd on that reference;
 * the accumulators after ``forward`` follow the documented merge (running mean for ``mean`` states, a replay of
   ``update`` when a callable or ``None`` reduction is present).
+
+Package modules covered: ``metric`` (states, ``update``/``compute``, ``merge_state``) over the sync engine
+``distributed._sync``.
 """
 
 from __future__ import annotations
@@ -29,22 +32,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unittests.property._common import (
-    DTYPES,
-    Checks,
-    apply,
-    batches,
-    budget,
-    case_context,
-    digest,
-    dispatch,
-    leaf,
-    seeded,
-    short,
-    slow,
-    weights,
-)
-from tests.unittests.property._states import dtypes_for, reduction_fx, reference
+from tests._helpers.checks import Checks, digest, short
+from tests._helpers.property import DTYPES, apply, batches, budget, case_context, dispatch, leaf, seeded, slow, weights
+from tests._helpers.states import dtypes_for, reduction_fx, reference
 from torchmetrics_diff import Metric
 
 pytestmark = pytest.mark.timeout(240)
@@ -301,7 +291,7 @@ def metric_body(rank: int, world: int, cases: list[MetricCase]) -> list:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, case in enumerate(cases):
-            chk = Checks(rank, world)
+            chk = Checks(f"[W={world} rank {rank}] ")
             chk.case = f"case {i}: {short(case)}"
             with case_context(i, case):
                 seen = _one(chk, rank, world, case)

@@ -10,6 +10,9 @@ rank that fails before syncing (a list state that cannot be concatenated, a dtyp
 Every rank must raise — a ``RuntimeError`` with the same message on every rank for disagreements, the odd rank's
 own error (and a ``RuntimeError`` naming it elsewhere) for local problems — and then a valid collective, and a
 valid sync with the *same* plan, must give the right answer.
+
+Package modules covered: the agreement checks of ``distributed`` (collectives and the sync engine
+``distributed._sync``).
 """
 
 from __future__ import annotations
@@ -22,18 +25,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.property._common import (
-    Checks,
-    apply,
-    batches,
-    budget,
-    case_context,
-    seeded,
-    short,
-    slow,
-)
-from tests.unittests.property._states import StateSpec, SyncCase, reduction_fx, state_value, sync_cases
+from tests._helpers.checks import Checks, short
+from tests._helpers.harness import run_distributed
+from tests._helpers.property import apply, batches, budget, case_context, seeded, slow
+from tests._helpers.states import StateSpec, SyncCase, reduction_fx, state_value, sync_cases
 from tests.unittests.property.test_prop_sync_engine import check_sync
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._sync import SyncPlan, sync_states
@@ -139,7 +134,7 @@ def _group_still_works(chk: Checks, rank: int, world: int) -> None:
 def collective_body(rank: int, world: int, cases: list[CollectiveMismatch]) -> list:
     results = []
     for i, case in enumerate(cases):
-        chk = Checks(rank, world)
+        chk = Checks(f"[W={world} rank {rank}] ")
         chk.case = f"case {i}: {short(case)}"
         outcome = _outcome(lambda case=case: _call(case, rank))
         with case_context(i, case):
@@ -266,7 +261,7 @@ def _deviate(case: SyncMismatch, states: dict, reductions: dict) -> None:
 def sync_mismatch_body(rank: int, world: int, cases: list[SyncMismatch]) -> list:
     results = []
     for i, case in enumerate(cases):
-        chk = Checks(rank, world)
+        chk = Checks(f"[W={world} rank {rank}] ")
         chk.case = f"case {i}: {short(case)}"
         base = case.base
         plan = SyncPlan()

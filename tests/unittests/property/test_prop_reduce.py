@@ -5,6 +5,8 @@ Random equal shapes (0-d and zero-size included), dtypes, ops, layouts, grad mod
 rounding of a different summation order), are bit-identical on every rank, keep dtype and shape; gradients equal
 brute-force autograd through ``torch.stack(...).amax(0)`` & co (ties of min/max split evenly, like ``amax``).
 The ill-defined combinations (``mean`` of integers or bools, ``sum`` of bools) raise ``ValueError`` on every rank.
+
+Package modules covered: ``distributed.all_reduce`` and its autograd.
 """
 
 from __future__ import annotations
@@ -16,22 +18,20 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unittests.property._common import (
+from tests._helpers.checks import Checks, digest, short
+from tests._helpers.property import (
     DTYPES,
     LAYOUTS,
-    Checks,
     apply,
     batches,
     budget,
     case_context,
-    digest,
     dispatch,
     dtype_names,
     is_float,
     leaf,
     seeded,
     seeds,
-    short,
     slow,
     view,
     weights,
@@ -127,7 +127,7 @@ def _one(chk: Checks, rank: int, world: int, case: ReduceCase) -> str:
 def reduce_body(rank: int, world: int, cases: list[ReduceCase]) -> list:
     results = []
     for i, case in enumerate(cases):
-        chk = Checks(rank, world)
+        chk = Checks(f"[W={world} rank {rank}] ")
         chk.case = f"case {i}: {short(case)}"
         with case_context(i, case):
             fingerprint = _one(chk, rank, world, case)

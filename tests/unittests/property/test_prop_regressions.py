@@ -1,7 +1,9 @@
 """Bugs found by the property suite, pinned as plain examples (
-the generators in ``_states.py`` and ``test_prop_metric.py`` now draw these cases too).
+the generators in ``tests/_helpers/states.py`` and ``test_prop_metric.py`` now draw these cases too).
 
 Each test states the contract, a minimal reproduction, and the fix; they failed before it.
+
+Package modules covered: the sync engine ``distributed._sync`` and ``metric``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
+from tests._helpers.harness import run_distributed
 from torchmetrics_diff.distributed._sync import SyncPlan, sync_states
 
 pytestmark = pytest.mark.timeout(120)
@@ -196,7 +198,7 @@ def _reduction_body(rank: int, world: int) -> dict:
 
 
 def test_callable_and_none_reductions_disagreeing_raise() -> None:
-    """Ranks disagreeing on a reduction must raise on every rank (DESIGN §4: "every rank's state names,
+    """Ranks disagreeing on a reduction must raise on every rank (the sync engine's rule: "every rank's state names,
     reductions, dtypes and shapes ... Any mismatch raises ..., never silently wrong numbers").
 
     The signature records only the *kind* ("gather" for every callable and ``None``; "cat" for every list state),

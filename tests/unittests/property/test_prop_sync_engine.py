@@ -10,6 +10,8 @@ Every sync must equal, on every rank and bit-identically across ranks: ``torch.s
 for the reductions, the rank-order concatenation for ``cat`` and list states, ``fn(torch.stack(...))`` for
 callables and the stack itself for ``None``. With ``grad="local"`` the gradient reaching a rank's own inputs is
 ``grad_scale · ∂L_r/∂x_r`` of brute-force autograd on the reference. Inputs are left untouched.
+
+Package modules covered: the sync engine ``distributed._sync`` (plans, rounds, the steady fast path).
 """
 
 from __future__ import annotations
@@ -21,27 +23,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unittests.property._common import (
-    Checks,
-    apply,
-    batches,
-    budget,
-    case_context,
-    digest,
-    dispatch,
-    short,
-    slow,
-    weights,
-)
-from tests.unittests.property._states import (
-    StateSpec,
-    SyncCase,
-    float_tensors,
-    reduction_fx,
-    reference,
-    state_value,
-    sync_cases,
-)
+from tests._helpers.checks import Checks, digest, short
+from tests._helpers.property import apply, batches, budget, case_context, dispatch, slow, weights
+from tests._helpers.states import StateSpec, SyncCase, float_tensors, reduction_fx, reference, state_value, sync_cases
 from torchmetrics_diff.distributed._sync import SyncPlan, sync_states
 
 pytestmark = pytest.mark.timeout(240)
@@ -107,7 +91,7 @@ def check_sync(chk: Checks, rank: int, world: int, case: SyncCase, sync: int, pl
 def sync_body(rank: int, world: int, cases: list[SyncCase]) -> list:
     results = []
     for i, case in enumerate(cases):
-        chk = Checks(rank, world)
+        chk = Checks(f"[W={world} rank {rank}] ")
         chk.case = f"case {i}: {short(case)}"
         plan = SyncPlan()
         outs = []

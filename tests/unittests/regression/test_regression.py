@@ -1,5 +1,5 @@
 """Regression metrics on the global batch: values equal torchmetrics' functions on the concatenation of every
-rank's rows (W = 1, 2, 3, uneven batches, a rank with zero rows), and the gradient contract (DESIGN §1): with
+rank's rows (W = 1, 2, 3, uneven batches, a rank with zero rows), and the gradient contract: with
 ``dist_sync_on_step=True`` the DDP-averaged float64 gradient equals one process on the concatenated batch.
 
 Every rank rebuilds the whole global data from seeds; references are torchmetrics' functions (values, computed
@@ -16,17 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import (
-    F64,
-    IN_FEATURES,
-    Checks,
-    assert_no_failures,
-    bounds,
-    make_model,
-    rand,
-    record_collectives,
-)
+from tests._helpers.checks import Checks, assert_no_failures
+from tests._helpers.collectives import record_collectives
+from tests._helpers.harness import run_distributed
+from tests._helpers.metrics import IN_FEATURES, make_model
+from tests._helpers.seeds import F64, bounds, rand
 from torchmetrics_diff import (
     CosineSimilarity,
     MeanAbsoluteError,

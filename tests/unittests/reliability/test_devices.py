@@ -5,6 +5,9 @@
 check is replaced by a device check), and a two-rank gloo run records the device of every communication buffer.
 A metric cannot come back from ``meta`` with ``.to("cpu")`` (there is no data to copy: torch says to use
 ``to_empty``), so that direction is only checked on CUDA.
+
+Package modules covered: ``metric``, ``aggregation``, ``losses`` and the sync engine ``distributed._sync`` (devices
+of states and buffers).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import tensor_devices
+from tests._helpers.checks import tensor_devices
+from tests._helpers.harness import run_distributed
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
@@ -50,13 +53,6 @@ def test_states_follow_the_metric_to_another_device(cls: type) -> None:
     metric.reset()
     assert tensor_devices(metric.metric_state) <= {META}
     assert tensor_devices(metric._defaults) <= {META}
-
-
-def test_collection_follows_to_another_device() -> None:
-    coll = MetricCollection([SumMetric(nan_strategy="disable"), CatMetric(nan_strategy="disable")]).to("meta")
-    coll.update(torch.ones(2, device=META))
-    assert all(m.device == META for m in coll.values())
-    assert tensor_devices(coll.compute()) == {META}
 
 
 def test_world_size_1_keeps_the_device() -> None:

@@ -5,6 +5,9 @@ rank (the next call returns the right global value).
 
 The distributed bodies never let an expected error escape: they record what each call did (:func:`outcome`) and
 return it, so the harness keeps its worker pools and the parent asserts.
+
+Package modules covered: ``metric``, ``aggregation``, ``collections``, ``losses`` and ``functional`` (rollback, and
+failing on every rank).
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.reliability._util import Outcome, differences, outcome, problem, snapshot
-from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
+from tests._helpers.harness import run_distributed
+from tests._helpers.metrics import InPlace
+from tests._helpers.outcomes import Outcome, differences, members_differences, outcome, problem, snapshot
+from torchmetrics_diff import MeanMetric, MetricCollection, SumMetric
 from torchmetrics_diff.functional import clip_loss, supcon_loss
 from torchmetrics_diff.losses import CLIPLoss, GlobalMeanLoss, SupConLoss, TokenCrossEntropyLoss
 
@@ -28,33 +32,6 @@ pytestmark = pytest.mark.timeout(120)
 F64 = torch.float64
 BAD = 1  # the one rank that gets the bad input
 PROMPT_S = 5.0  # "no hang": every rank must raise well within the 30 s process-group timeout
-
-
-class InPlace(Metric):
-    """Mutates its states in place, then raises on a negative input: a half-done update to roll back."""
-
-    full_state_update = False
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.add_state("total", torch.zeros(2, dtype=F64), dist_reduce_fx="sum")
-        self.add_state("rows", [], dist_reduce_fx="cat")
-        self.add_state("peak", torch.tensor(float("-inf"), dtype=F64), dist_reduce_fx="max")
-
-    def update(self, x: torch.Tensor) -> None:
-        self.total += torch.stack([x.sum(), (x * x).sum()])
-        self.rows.append(x)
-        self.peak.copy_(torch.maximum(self.peak, x.max()))
-        if (x < 0).any():
-            raise ValueError(f"InPlace: negative input {x.tolist()}")
-
-    def compute(self) -> torch.Tensor:
-        rows = torch.cat(list(self.rows)) if self.rows else torch.zeros(0, dtype=F64)
-        return torch.cat([self.total, rows.sum().reshape(1), self.peak.reshape(1)])
-
-
-def _members_differences(before: dict[str, tuple], coll: MetricCollection) -> list[str]:
-    return [f"{k}: {d}" for k, m in coll.items() for d in differences(before[k], m)]
 
 
 # ------------------------------------------------------------------------------------------- single process
@@ -84,42 +61,6 @@ def test_nan_error_leaves_mean_metric_untouched(how: str) -> None:
         call(torch.tensor([2.0, float("nan")]), weight=torch.tensor([1.0, 1.0]))
     assert not differences(before, metric), differences(before, metric)
     assert metric.compute().item() == pytest.approx(7 / 3)
-
-
-def _collection() -> MetricCollection:
-    return MetricCollection(
-        {"sum": SumMetric(), "cat": CatMetric(), "mean": MeanMetric(nan_strategy="error"), "inplace": InPlace()}
-    )
-
-
-@pytest.mark.parametrize("how", ["update", "forward"])
-def test_collection_call_that_raises_in_one_member_leaves_every_member_untouched(how: str) -> None:
-    """A member that raises must not leave the members before it updated: a retry would count their batch twice.
-    (``forward`` is rolled back for every member; ``update`` should be too.)"""
-    coll = _collection()
-    coll.update(torch.tensor([1.0, 2.0]))
-    before = {k: snapshot(m) for k, m in coll.items()}
-    call = coll.update if how == "update" else coll
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # SumMetric/CatMetric drop the NaN with a warning
-        with pytest.raises(RuntimeError, match="NaN"):
-            call(torch.tensor([4.0, float("nan")]))
-    assert not _members_differences(before, coll), _members_differences(before, coll)
-
-
-@pytest.mark.filterwarnings("ignore:SumMetric. NaN")
-@pytest.mark.parametrize("how", ["update", "forward"])
-def test_composition_that_raises_in_one_member_leaves_every_member_untouched(how: str) -> None:
-    total, mean = SumMetric(), MeanMetric(nan_strategy="error")
-    composed = total + mean
-    composed.update(torch.tensor([1.0, 2.0]))
-    before = {"total": snapshot(total), "mean": snapshot(mean)}
-    call = composed.update if how == "update" else composed
-    with pytest.raises(RuntimeError, match="NaN"):
-        call(torch.tensor([4.0, float("nan")]))
-    problems = [f"total: {d}" for d in differences(before["total"], total)]
-    problems += [f"mean: {d}" for d in differences(before["mean"], mean)]
-    assert not problems, problems
 
 
 def test_loss_with_a_bad_input_records_nothing() -> None:
@@ -196,7 +137,7 @@ def _metric_body(rank: int, world: int) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out["collection: bad"] = _one_bad_rank(rank, coll, _good(rank, 6), nan)
-    out["collection: states"] = _members_differences(before_coll, coll)
+    out["collection: states"] = members_differences(before_coll, coll)
     out["collection: next"] = outcome(lambda: coll(_good(rank, 7)))
 
     # every rank bad: each raises its own error

@@ -4,6 +4,9 @@ and what was given (not just the exception type), and NaN/Inf handling per ``nan
 The distributed collectives are called here without a process group (the pytest process never joins one): their
 argument checks run before any collective, identically at every world size (``test_failure_modes`` covers the
 checks that need peers).
+
+Package modules covered: the argument checks of ``aggregation``, ``metric``, ``losses``, ``functional`` and
+``distributed``.
 """
 
 from __future__ import annotations
@@ -14,10 +17,9 @@ from typing import Any, Callable
 
 import pytest
 import torch
-from torch import nn
 
-from tests.unittests.reliability._util import expect_error
-from torchmetrics_diff import CatMetric, MaxMetric, MeanMetric, Metric, MetricCollection, MinMetric, SumMetric
+from tests._helpers.outcomes import expect_error
+from torchmetrics_diff import CatMetric, MaxMetric, MeanMetric, Metric, MinMetric, SumMetric
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.functional import global_clip_loss, global_info_nce_loss, global_weighted_mean
 from torchmetrics_diff.losses import (
@@ -226,48 +228,6 @@ def test_add_state_name_that_shadows_the_metric(name: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------- MetricCollection
-
-
-def test_collection_duplicate_names() -> None:
-    expect_error(lambda: MetricCollection([SumMetric(), SumMetric()]), ValueError, "'SumMetric'", "dict")
-    expect_error(lambda: MetricCollection([MetricCollection([MeanMetric()]), MeanMetric()]), ValueError, "'MeanMetric'")
-
-
-@pytest.mark.parametrize(("member", "type_name"), [(3, "int"), ("x", "str"), (nn.Linear(2, 2), "Linear")])
-def test_collection_non_metric_members(member: Any, type_name: str) -> None:
-    expect_error(lambda: MetricCollection([SumMetric(), member]), ValueError, "Metric", type_name)
-    expect_error(lambda: MetricCollection({"a": SumMetric(), "b": member}), ValueError, "Metric", type_name)
-
-
-def test_collection_bad_metrics_and_prefix() -> None:
-    expect_error(lambda: MetricCollection(3), ValueError, "`metrics`", "int")
-    expect_error(lambda: MetricCollection([SumMetric()], prefix=3), ValueError, "`prefix`", "int")
-    expect_error(lambda: MetricCollection([SumMetric()], postfix=b"x"), ValueError, "`postfix`", "bytes")
-
-
-def _pair(**kwargs: Any) -> MetricCollection:
-    return MetricCollection({"a": SumMetric(), "b": SumMetric(), "m": MeanMetric()}, **kwargs)
-
-
-@pytest.mark.parametrize(
-    ("groups", "needles"),
-    [
-        ([["a", "c"]], ("compute group", "'c'", "['a', 'b', 'm']")),
-        ([[]], ("compute group", "must name members")),
-        ([["a", "b"], ["b", "a"]], ("compute groups", "'b'")),
-        ([["a", "m"]], ("compute group", "'m'", "'a'", "states")),
-    ],
-    ids=["unknown member", "empty group", "member in two groups", "different states"],
-)
-def test_collection_bad_compute_groups(groups: Any, needles: tuple) -> None:
-    expect_error(lambda: _pair(compute_groups=groups), ValueError, *needles)
-
-
-@pytest.mark.parametrize(("groups", "shown"), [([3], "3"), (3, "3")], ids=["[3]", "3"])
-def test_collection_compute_groups_of_a_bad_type(groups: Any, shown: str) -> None:
-    """``compute_groups`` must be lists of member names; anything else deserves the same clear ValueError, not
-    ``TypeError: 'int' object is not iterable`` from deep inside the check."""
-    expect_error(lambda: _pair(compute_groups=groups), ValueError, "compute", shown)
 
 
 # ------------------------------------------------------------------------------------------------------ losses

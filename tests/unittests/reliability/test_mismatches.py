@@ -3,6 +3,9 @@ state (or argument), the ranks and what each rank had — never a hang, never si
 are still in step afterwards. Also: a rank outside a subgroup.
 
 The last rank is the odd one out. Messages quoted in ``docs/guide/failure_modes.rst`` come from these bodies.
+
+Package modules covered: the agreement checks of ``distributed`` (collectives and the sync engine) as ``metric`` and
+``losses`` meet them.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.reliability._util import outcome, problem
+from tests._helpers.harness import run_distributed
+from tests._helpers.outcomes import outcome, problem
 from torchmetrics_diff import Metric, SumMetric
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.functional import supcon_loss

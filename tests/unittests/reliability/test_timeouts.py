@@ -4,6 +4,9 @@ says that a collective failed; the states are left as before the call; the defau
 Fast by construction: each case runs over a fresh two-rank subgroup created with a 2 s timeout (gloo honours a
 per-group timeout), and only rank 0 calls into it. Rank 1 never does — the one failure the package cannot detect
 other than by the backend's timeout — and waits in a barrier on the default group until rank 0 has given up.
+
+Package modules covered: ``metric``, ``collections`` and the sync engine ``distributed._sync`` (errors of a failed
+collective).
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.reliability._util import differences, outcome, problem, snapshot
+from tests._helpers.harness import run_distributed
+from tests._helpers.outcomes import differences, outcome, problem, snapshot
 from torchmetrics_diff import MeanMetric, Metric, MetricCollection, SumMetric
 from torchmetrics_diff.distributed import all_reduce, gather_all_tensors
 

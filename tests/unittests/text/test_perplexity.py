@@ -9,8 +9,8 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import F64, bounds, rand, seed
+from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import F64, bounds, rand, seed
 from torchmetrics_diff import Perplexity
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,41 +1,20 @@
-"""Shared pieces of the ``Metric``-layer acceptance tests: seeded data, test-only metrics, a check collector and a
-collective recorder.
+"""Test-only metrics and the replicated model of the ``Metric``-layer tests, with the references of their values.
 
-Every expected value in these tests is written with plain torch/numpy ops; the metrics below only exist to drive
+Every expected value in the tests is written with plain torch/numpy ops; the metrics below only exist to drive
 the code under test (``Metric``'s lifecycle and the sync engine) through the cases the contract names.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
+from tests._helpers.seeds import F64, rand
 from torchmetrics_diff import Metric
-from torchmetrics_diff.distributed import _backend
 
-F64 = torch.float64
 IN_FEATURES, OUT_FEATURES = 4, 2
-
-
-def seed(*parts: object) -> int:
-    """A seed equal in every process (``hash`` of a str is salted per process)."""
-    return zlib.crc32("/".join(map(str, parts)).encode())
-
-
-def rand(shape: tuple, *parts: object, dtype: torch.dtype = F64) -> torch.Tensor:
-    """Standard normal data from a seed derived from ``parts``."""
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed(*parts)), dtype=dtype)
-
-
-def bounds(sizes: list[int], rank: int) -> tuple[int, int]:
-    """Rows ``[lo, hi)`` of the global batch held by ``rank``."""
-    return sum(sizes[:rank]), sum(sizes[: rank + 1])
 
 
 def make_model() -> nn.Linear:
@@ -187,118 +166,24 @@ class VectorSum(Metric):
         return self.total
 
 
-# ------------------------------------------------------------------------------------------------ checking
+class InPlace(Metric):
+    """Mutates its states in place, then raises on a negative input: a half-done update to roll back."""
 
+    full_state_update = False
 
-def tensor_devices(value: Any) -> set[torch.device]:
-    """Every device of the tensors in ``value`` (a tensor, or lists, tuples and dicts of them)."""
-    if isinstance(value, torch.Tensor):
-        return {value.device}
-    if isinstance(value, (list, tuple)):
-        return set().union(*map(tensor_devices, value)) if value else set()
-    if isinstance(value, dict):
-        return tensor_devices(list(value.values()))
-    return set()
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_state("total", torch.zeros(2, dtype=F64), dist_reduce_fx="sum")
+        self.add_state("rows", [], dist_reduce_fx="cat")
+        self.add_state("peak", torch.tensor(float("-inf"), dtype=F64), dist_reduce_fx="max")
 
+    def update(self, x: torch.Tensor) -> None:
+        self.total += torch.stack([x.sum(), (x * x).sum()])
+        self.rows.append(x)
+        self.peak.copy_(torch.maximum(self.peak, x.max()))
+        if (x < 0).any():
+            raise ValueError(f"InPlace: negative input {x.tolist()}")
 
-class Checks:
-    """Collects failures as readable strings, so one run reports every broken case and ranks stay in step."""
-
-    def __init__(self, where: str = "") -> None:
-        self.where = where
-        self.failures: list[str] = []
-
-    def fail(self, case: str, msg: str) -> None:
-        self.failures.append(f"{self.where}{case}: {msg}")
-
-    def true(self, case: str, cond: bool, msg: str) -> None:
-        if not cond:
-            self.fail(case, msg)
-
-    def close(self, case: str, actual: Any, expected: Any, *, atol: float = 1e-12, rtol: float = 1e-12) -> None:
-        try:
-            torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol)
-        except (AssertionError, TypeError) as err:
-            self.fail(case, str(err).replace("\n", " | "))
-
-    def detached(self, case: str, value: Any, strict: bool = True) -> None:
-        """No tensor in ``value`` (tensor, list, dict) carries a graph.
-
-        ``strict=False`` only asks for ``grad_fn is None``; ``strict`` also rejects ``requires_grad`` and views
-        of a tensor that requires grad (a view made under ``no_grad`` keeps its base, and so the base's graph).
-        """
-        if isinstance(value, dict):
-            for k, v in value.items():
-                self.detached(f"{case}[{k}]", v, strict)
-        elif isinstance(value, (list, tuple)):
-            for i, v in enumerate(value):
-                self.detached(f"{case}[{i}]", v, strict)
-        elif isinstance(value, torch.Tensor):
-            base = value._base if value._is_view() else None
-            ok = value.grad_fn is None
-            if strict:
-                ok = ok and not value.requires_grad and (base is None or not base.requires_grad)
-            self.true(
-                case,
-                ok,
-                f"not detached: requires_grad={value.requires_grad}, grad_fn={value.grad_fn}, "
-                f"view of a tensor with grad_fn={getattr(base, 'grad_fn', None)} (whose graph stays alive)",
-            )
-
-
-def assert_no_failures(failures: list[str]) -> None:
-    assert not failures, f"{len(failures)} failing checks:\n" + "\n".join(failures)
-
-
-# ------------------------------------------------------------------------------------ collective recording
-
-_DIST_NAMES = (
-    "all_reduce",
-    "all_gather",
-    "all_gather_into_tensor",
-    "all_gather_single",
-    "all_gather_object",
-    "broadcast",
-    "broadcast_object_list",
-    "reduce",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "reduce_scatter_single",
-    "gather",
-    "scatter",
-    "barrier",
-    "monitored_barrier",
-)
-
-
-@contextmanager
-def record_collectives(on_call: Callable[[str], Any] | None = None) -> Iterator[list[str]]:
-    """Wrap ``torch.distributed``'s collectives and the backend's captured flat gather; yield the call log.
-
-    ``on_call`` replaces the collective when given (outside a process group, where any call is a failure).
-    The originals are restored on exit.
-    """
-    log: list[str] = []
-    saved: list[tuple[Any, str, Any]] = []
-
-    def wrap(owner: Any, attr: str, name: str) -> None:
-        original = getattr(owner, attr, None)
-        if original is None:
-            return
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            log.append(name)
-            return on_call(name) if on_call is not None else original(*args, **kwargs)
-
-        saved.append((owner, attr, original))
-        setattr(owner, attr, wrapper)
-
-    for name in _DIST_NAMES:
-        wrap(dist, name, name)
-    wrap(_backend, "_all_gather_flat", "_all_gather_flat")
-    wrap(_backend, "_reduce_scatter_flat", "_reduce_scatter_flat")
-    try:
-        yield log
-    finally:
-        for owner, attr, original in reversed(saved):
-            setattr(owner, attr, original)
+    def compute(self) -> torch.Tensor:
+        rows = torch.cat(list(self.rows)) if self.rows else torch.zeros(0, dtype=F64)
+        return torch.cat([self.total, rows.sum().reshape(1), self.peak.reshape(1)])

@@ -1,10 +1,13 @@
-"""The gradient contract of ``Metric`` (DESIGN.md §1): a metric with ``dist_sync_on_step=True`` is a global-batch
+"""The gradient contract of ``Metric``: a metric with ``dist_sync_on_step=True`` is a global-batch
 loss whose value is identical on every rank and whose DDP-averaged gradient is the one-process gradient.
 
 Every rank rebuilds the whole global batch from seeds known to all ranks, feeds its own slice through a
 ``DistributedDataParallel`` float64 ``Linear``, and compares with a separate copy of the model run on the
 concatenated global batch through a plain-torch formula (never the package). Batches are uneven, and one layout
 gives a rank zero rows.
+
+Package modules covered: ``metric`` (forward and compute under ``dist_sync_on_step``), ``collections``,
+``aggregation`` and the differentiable sync of ``distributed``.
 """
 
 from __future__ import annotations
@@ -20,21 +23,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import (
-    F64,
-    IN_FEATURES,
-    Checks,
-    Projection,
-    SoftmaxScore,
-    assert_no_failures,
-    bounds,
-    make_model,
-    projection_ref,
-    rand,
-    record_collectives,
-    softmax_score_ref,
-)
+from tests._helpers.checks import Checks, assert_no_failures
+from tests._helpers.collectives import record_collectives
+from tests._helpers.harness import run_distributed
+from tests._helpers.metrics import IN_FEATURES, Projection, SoftmaxScore, make_model, projection_ref, softmax_score_ref
+from tests._helpers.seeds import F64, bounds, rand
 from torchmetrics_diff import CatMetric, MaxMetric, MeanMetric, Metric, MetricCollection, MinMetric, SumMetric
 
 pytestmark = pytest.mark.timeout(180)
@@ -410,7 +403,7 @@ def test_epoch_compute_equals_single_process_value_over_all_data(world_size: int
 
 def test_update_keeps_no_graph_alive() -> None:
     """``update`` with inputs that carry a graph stores detached states: no state requires grad or is a view of
-    the caller's graph-carrying tensor, which must be freed once the caller drops it (DESIGN §1: no graph
+    the caller's graph-carrying tensor, which must be freed once the caller drops it (the gradient contract: no graph
     survives a step; memory stays flat)."""
     checks = Checks()
     for name, metric in {

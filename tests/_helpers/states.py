@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 from hypothesis import strategies as st
 
-from tests.unittests.property._common import DTYPES, FLOATS, LAYOUTS, leaf, seeded, view
+from tests._helpers.property import DTYPES, FLOATS, LAYOUTS, leaf, seeded, view
 
 
 def sum0(x: torch.Tensor) -> torch.Tensor:

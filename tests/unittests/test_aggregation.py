@@ -1,18 +1,18 @@
-"""Sum/Mean/Cat/Min/Max against numpy, their ``nan_strategy``, MeanMetric's weights, Min/Max gradients from the
-±inf defaults, and the operators that build a ``CompositionalMetric`` (one process)."""
+"""``torchmetrics_diff.aggregation``: Sum/Mean/Cat/Min/Max against numpy, their ``nan_strategy``, MeanMetric's
+weights, Min/Max gradients from the ±inf defaults (one process). The operators on metrics are in
+``test_composition.py``."""
 
 from __future__ import annotations
 
-import operator
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from tests.unittests.metric._helpers import F64, VectorSum, rand
-from torchmetrics_diff import CatMetric, CompositionalMetric, MaxMetric, MeanMetric, MinMetric, SumMetric
+from tests._helpers.seeds import F64, rand
+from torchmetrics_diff import CatMetric, MaxMetric, MeanMetric, MinMetric, SumMetric
 
 AGGREGATORS = {
     "sum": (SumMetric, np.sum),
@@ -148,98 +148,3 @@ def test_min_max_gradient_from_infinite_default_has_no_nan(cls: type) -> None:
     assert torch.isfinite(x.grad).all(), f"{cls.__name__}: gradient {x.grad}"
     torch.testing.assert_close(x.grad, expected, rtol=0, atol=0)
     assert value.item() == x[pick].item()
-
-
-# --------------------------------------------------------------------------------------------- operators
-
-
-def _sum_of(values: list[float]) -> SumMetric:
-    m = SumMetric()
-    m.update(torch.tensor(values))
-    return m
-
-
-def test_unary_operators() -> None:
-    m = _sum_of([1.0, -4.0])  # -3
-    assert +m is m, "+metric is the metric itself"
-    for op, expected in ((lambda a: -a, 3.0), (abs, 3.0)):
-        comp = op(m)
-        assert isinstance(comp, CompositionalMetric)
-        assert comp.compute().item() == expected
-    flag = SumMetric()
-    flag.update(torch.tensor([1.0]))
-    assert (~(flag > 0)).compute().item() is False
-
-
-def test_binary_operators_with_scalars_and_tensors_on_both_sides() -> None:
-    m = _sum_of([1.0, 2.0])  # 3
-    t = torch.tensor([2.0, 6.0])
-    v = 3.0
-    cases: dict[str, tuple[Callable[[], Any], Any]] = {
-        "m + 2": (lambda: m + 2, v + 2),
-        "2 + m": (lambda: 2 + m, 2 + v),
-        "2 - m": (lambda: 2 - m, 2 - v),
-        "m - t": (lambda: m - t, v - t),
-        "t - m": (lambda: t - m, t - v),
-        "m * t": (lambda: m * t, v * t),
-        "t * m": (lambda: t * m, t * v),
-        "m / t": (lambda: m / t, v / t),
-        "6 / m": (lambda: 6 / m, 6 / v),
-        "m // 2": (lambda: m // 2, v // 2),
-        "7 // m": (lambda: 7 // m, 7 // v),
-        "m % 2": (lambda: m % 2, v % 2),
-        "m ** 2": (lambda: m**2, v**2),
-        "2 ** m": (lambda: 2**m, 2**v),
-        "m + m": (lambda: m + m, v + v),
-        "m * (m - 1)": (lambda: m * (m - 1), v * (v - 1)),
-    }
-    for case, (build, expected) in cases.items():
-        comp = build()
-        assert isinstance(comp, CompositionalMetric), f"{case}: {type(comp).__name__}"
-        torch.testing.assert_close(comp.compute(), torch.as_tensor(expected, dtype=torch.float32), msg=case)
-
-
-def test_matmul_with_vector_state() -> None:
-    m = VectorSum()
-    m.update(torch.tensor([1.0, 2.0, 3.0]))
-    w = torch.tensor([1.0, 0.5, -1.0])
-    assert (m @ w).compute().item() == 1.0 + 1.0 - 3.0
-    assert (w @ m).compute().item() == 1.0 + 1.0 - 3.0
-    other = VectorSum()
-    other.update(torch.tensor([2.0, 0.0, 1.0]))
-    assert (m @ other).compute().item() == 2.0 + 0.0 + 3.0
-
-
-def test_comparisons_return_bool_tensors() -> None:
-    m = _sum_of([1.0, 2.0])  # 3
-    t = torch.tensor([1.0, 3.0, 5.0])
-    cases = {
-        "m == 3": (m == 3, torch.tensor(True)),
-        "m != 3": (m != 3, torch.tensor(False)),
-        "m < t": (m < t, torch.tensor([False, False, True])),
-        "m <= t": (m <= t, torch.tensor([False, True, True])),
-        "m > 2.5": (m > 2.5, torch.tensor(True)),
-        "m >= t": (m >= t, torch.tensor([True, True, False])),
-        "t > m": (t > m, torch.tensor([False, False, True])),
-        "2 < m (reflected)": (operator.lt(2, m), torch.tensor(True)),
-    }
-    for case, (comp, expected) in cases.items():
-        assert isinstance(comp, CompositionalMetric), f"{case}: {type(comp).__name__}"
-        out = comp.compute()
-        assert out.dtype == torch.bool and torch.equal(out, expected), f"{case}: {out}"
-    assert m in {m}, "metrics stay hashable"
-
-
-def test_composition_forward_update_reset() -> None:
-    a, b = SumMetric(), MeanMetric()
-    comp = 2 - a * b
-    x = torch.tensor([1.0, 3.0])
-    assert comp(x).item() == 2 - 4.0 * 2.0, "forward composes the batch values"
-    comp.update(torch.tensor([5.0]))
-    assert comp.compute().item() == 2 - 9.0 * 3.0
-    assert comp.update_count == 2
-    comp.reset()
-    assert a.update_count == 0 and b.update_count == 0
-    x = torch.tensor([1.0, 2.0], requires_grad=True)
-    (a * b)(x).backward()
-    torch.testing.assert_close(x.grad, torch.tensor([1.5 + 3.0 / 2, 1.5 + 3.0 / 2]))

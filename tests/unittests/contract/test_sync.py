@@ -1,9 +1,12 @@
-"""How ``Metric`` and ``MetricCollection`` sync (DESIGN.md §4): the number of collectives, mismatches that raise
+"""How ``Metric`` and ``MetricCollection`` sync: the number of collectives, mismatches that raise
 the same ``RuntimeError`` on every rank instead of hanging, and ``cat`` list states that are empty on some ranks.
 
 Collectives are counted by wrapping ``torch.distributed``'s functions and the backend's captured flat gather
 inside the rank's body (restored afterwards). Expected values are sums and concatenations of every rank's data,
 rebuilt from seeds known to all ranks.
+
+Package modules covered: ``metric`` and ``collections`` (when and how they sync), the sync engine
+``distributed._sync`` and the flat collectives of ``distributed._backend``.
 """
 
 from __future__ import annotations
@@ -13,17 +16,11 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from tests.unittests._harness import run_distributed
-from tests.unittests.metric._helpers import (
-    F64,
-    BigSum,
-    Checks,
-    ManySums,
-    Rows,
-    assert_no_failures,
-    rand,
-    record_collectives,
-)
+from tests._helpers.checks import Checks, assert_no_failures
+from tests._helpers.collectives import record_collectives
+from tests._helpers.harness import run_distributed
+from tests._helpers.metrics import BigSum, ManySums, Rows
+from tests._helpers.seeds import F64, rand
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
 
 pytestmark = pytest.mark.timeout(120)
@@ -402,6 +399,6 @@ def _inconsistent_rows_body(rank: int, world: int) -> str | None:
 @pytest.mark.parametrize("world_size", [2])
 def test_rank_with_inconsistent_cat_rows_fails_every_rank_without_hanging(world_size: int) -> None:
     """A cat state whose rows disagree *within* one rank cannot be concatenated there; the other ranks must raise
-    too instead of waiting for that rank in the sync's collective (DESIGN §4: never a hang)."""
+    too instead of waiting for that rank in the sync's collective (a sync never hangs)."""
     errors = run_distributed(_inconsistent_rows_body, world_size, timeout=10)
     assert all(e is not None for e in errors), f"some ranks did not raise: {errors}"

@@ -1,4 +1,4 @@
-"""Shared pieces of the property-based suite: budgets, seeded tensors, comparisons, batch dispatch.
+"""The property-based suite's budgets, seeded tensors in every memory layout, and batch dispatch.
 
 How the suite is built (and why it is fast enough for two busy cores):
 
@@ -18,9 +18,7 @@ budgets, draws fresh random batches, shrinks failures, and enables the ``slow``-
 
 from __future__ import annotations
 
-import hashlib
 import os
-import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Callable
@@ -30,7 +28,9 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
-from tests.unittests._harness import run_distributed
+from tests._helpers.checks import short
+from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import generator
 
 #: the soak profile: ``HYPOTHESIS_PROFILE=slow`` (or ``--hypothesis-profile=slow``)
 SLOW = os.environ.get("HYPOTHESIS_PROFILE", "") == "slow" or settings.get_current_profile_name() == "slow"
@@ -88,25 +88,12 @@ FLOATS = ("float16", "bfloat16", "float32", "float64")
 dtype_names = st.sampled_from(tuple(DTYPES))
 seeds = st.integers(0, 2**31 - 1)
 
-#: (rtol, atol) of values computed by a different order of float operations than the reference
-_TOL = {
-    torch.float16: (1e-2, 1e-2),
-    torch.bfloat16: (2e-2, 5e-2),
-    torch.float32: (1e-5, 1e-6),
-    torch.float64: (1e-10, 1e-12),
-}
-
 
 def is_float(name: str) -> bool:
     return name in FLOATS
 
 
 # --------------------------------------------------------------------------------------------- seeded data
-
-
-def generator(*parts: object) -> torch.Generator:
-    """A generator whose seed depends only on ``parts`` (the same in every process; ``hash`` is salted)."""
-    return torch.Generator().manual_seed(zlib.crc32("/".join(map(str, parts)).encode()))
 
 
 def values(shape: Sequence[int], dtype: torch.dtype, ties: bool, *parts: object) -> torch.Tensor:
@@ -172,106 +159,6 @@ def leaf(t: torch.Tensor, requires_grad: bool) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------------ checking
-
-
-class Checks:
-    """Collects one rank's failures of one batch as readable strings."""
-
-    def __init__(self, rank: int, world: int) -> None:
-        self.rank, self.world = rank, world
-        self.failures: list[str] = []
-        self.case = ""
-
-    def fail(self, what: str, msg: str) -> None:
-        head = "" if self.failures else f"[W={self.world} rank {self.rank}] {self.case}\n"
-        self.failures.append(f"{head}    {what}: {msg}")
-
-    def true(self, what: str, cond: bool, msg: str) -> None:
-        if not cond:
-            self.fail(what, msg)
-
-    def same(self, what: str, actual: Any, expected: Any, exact: bool = False) -> None:
-        """``actual`` equals ``expected``: dtype, shape, values (floats within the dtype's tolerance)."""
-        if isinstance(expected, (list, tuple)):
-            if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
-                self.fail(what, f"expected a list of {len(expected)}, got {_show(actual)}")
-                return
-            for i, (a, e) in enumerate(zip(actual, expected)):
-                self.same(f"{what}[{i}]", a, e, exact)
-            return
-        if not isinstance(actual, torch.Tensor):
-            self.fail(what, f"expected a tensor, got {_show(actual)}")
-            return
-        if actual.dtype != expected.dtype or actual.shape != expected.shape:
-            self.fail(
-                what,
-                f"got {actual.dtype} {tuple(actual.shape)}, expected {expected.dtype} {tuple(expected.shape)}",
-            )
-            return
-        if exact or not expected.is_floating_point():
-            ok = torch.equal(actual.detach(), expected.detach())
-            if not ok:
-                self.fail(what, f"values differ:\n      got      {_show(actual)}\n      expected {_show(expected)}")
-            return
-        rtol, atol = _TOL[expected.dtype]
-        try:
-            torch.testing.assert_close(actual.detach(), expected.detach(), rtol=rtol, atol=atol)
-        except AssertionError as err:
-            self.fail(
-                what, " | ".join(str(err).splitlines()[:4]) + f" | got {_show(actual)} expected {_show(expected)}"
-            )
-
-    def grad(self, what: str, x: torch.Tensor, expected: torch.Tensor) -> None:
-        """``x.grad`` equals ``expected`` (a missing gradient counts as zeros)."""
-        got = x.grad if x.grad is not None else torch.zeros_like(x)
-        rtol, atol = _TOL[x.dtype]
-        try:
-            torch.testing.assert_close(got, expected.to(x.dtype), rtol=rtol, atol=atol * 10)
-        except AssertionError as err:
-            self.fail(what, " | ".join(str(err).splitlines()[:4]) + f" | got {_show(got)} expected {_show(expected)}")
-
-
-def _show(x: Any) -> str:
-    if isinstance(x, torch.Tensor):
-        flat = x.detach().reshape(-1)
-        head = flat[:8].tolist()
-        more = "..." if flat.numel() > 8 else ""
-        return f"{x.dtype} {tuple(x.shape)} {head}{more}"
-    if isinstance(x, (list, tuple)):
-        return "[" + ", ".join(_show(v) for v in x) + "]"
-    return repr(x)
-
-
-def digest(x: Any) -> str:
-    """A short fingerprint of a (nested) result: dtype, shape and bytes of every tensor."""
-    h = hashlib.blake2b(digest_size=8)
-
-    def feed(v: Any) -> None:
-        if isinstance(v, torch.Tensor):
-            # a fresh dense copy: ``contiguous()`` keeps the stride of a 1-element slice, and bytes need stride 1
-            v = torch.empty(v.shape, dtype=v.dtype).copy_(v.detach())
-            h.update(f"{v.dtype}{tuple(v.shape)}".encode())
-            h.update(v.reshape(-1).view(torch.uint8).numpy().tobytes() if v.numel() else b"")
-        elif isinstance(v, dict):
-            for k in v:
-                h.update(str(k).encode())
-                feed(v[k])
-        elif isinstance(v, (list, tuple)):
-            h.update(b"[")
-            for item in v:
-                feed(item)
-            h.update(b"]")
-        else:
-            h.update(repr(v).encode())
-
-    feed(x)
-    return h.hexdigest()
-
-
-def short(case: Any, limit: int = 1500) -> str:
-    """``repr(case)`` cut to ``limit`` characters (long state names make huge reprs)."""
-    text = repr(case)
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Helpers of the reliability tests: run a call and describe what it raised, check messages for needles.
+"""Run a call and describe what it raised, check messages for needles (the reliability tests' helpers).
 
 Bodies that run on several ranks must never let an expected error escape (the harness would fail the test and
 rebuild the pool), so they record ``(type name, message, seconds)`` with :func:`outcome` and the test asserts in
@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple
 import pytest
 import torch
 
-from torchmetrics_diff import Metric
+from torchmetrics_diff import Metric, MetricCollection
 
 
 class Outcome(NamedTuple):
@@ -86,3 +86,8 @@ def differences(before: tuple[dict[str, Any], int], metric: Metric) -> list[str]
         if not same:
             out.append(f"state {name!r} {old} -> {new}")
     return out
+
+
+def members_differences(before: dict[str, tuple], coll: MetricCollection) -> list[str]:
+    """How the members of ``coll`` differ from ``before`` (a :func:`snapshot` per member key)."""
+    return [f"{k}: {d}" for k, m in coll.items() for d in differences(before[k], m)]

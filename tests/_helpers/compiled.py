@@ -1,7 +1,7 @@
 """Compiled training steps on every rank: recompiles after warm-up, graph breaks per call, values and gradients.
 
 Run by ``run_distributed`` (module-level functions, picklable) and, at world size 1, in the test process too.
-Each body builds the same seeded float64 model on every rank (``tests.unittests.losses._common``), compiles a step
+Each body builds the same seeded float64 model on every rank (:mod:`tests._helpers.loss_cases`), compiles a step
 that calls the loss (or metric, collection, compute) and counts Dynamo's work with ``torch._dynamo.utils.counters``.
 """
 
@@ -13,14 +13,8 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from tests.unittests.losses._common import (
-    Net,
-    bounds,
-    criterion_call,
-    make_batch,
-    make_criterion,
-    slice_rows,
-)
+from tests._helpers.loss_cases import Net, criterion_call, make_batch, make_criterion, slice_rows
+from tests._helpers.seeds import bounds
 from torchmetrics_diff import MeanMetric, MetricCollection, SumMetric
 from torchmetrics_diff.distributed._compile import HOST_ROUND_TRIPS
 

@@ -1,5 +1,6 @@
-"""The ``Metric`` lifecycle in one process: state_dict, pickling, copies, devices and dtypes, ``merge_state``,
-``reset``, the compute cache, and forward's cost not growing with the number of accumulated steps."""
+"""``torchmetrics_diff.metric``: the ``Metric`` lifecycle in one process: state_dict, pickling, copies, devices and
+dtypes, ``merge_state``, ``reset``, the compute cache, and forward's cost not growing with the number of accumulated
+steps."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from tests.unittests.metric._helpers import F64, Checks, SoftmaxScore, assert_no_failures, rand, softmax_score_ref
-from torchmetrics_diff import CatMetric, MaxMetric, MeanMetric, Metric, MetricCollection, SumMetric
+from tests._helpers.checks import Checks, assert_no_failures
+from tests._helpers.metrics import SoftmaxScore, softmax_score_ref
+from tests._helpers.seeds import F64, rand
+from torchmetrics_diff import CatMetric, MaxMetric, MeanMetric, Metric, SumMetric
 
 
 class Kinds(Metric):
@@ -132,17 +135,6 @@ def test_copies_are_equal_and_independent(how: str) -> None:
     # the copy's lifecycle still works (wrapped update/compute, forward)
     checks.close("copy forward", copied(torch.tensor([1.0, 1.0]))["total"], torch.tensor(2.0))
     assert_no_failures(checks.failures)
-
-
-def test_collection_pickle_and_clone() -> None:
-    coll = MetricCollection([SumMetric(), MeanMetric()], prefix="p/")
-    coll.update(torch.tensor([1.0, 3.0]))
-    for name, other in {"pickle": pickle.loads(pickle.dumps(coll)), "clone": coll.clone(postfix="/x")}.items():
-        other.update(torch.tensor([5.0]))
-        out = other.compute()
-        suffix = "/x" if name == "clone" else ""
-        assert out == {f"p/SumMetric{suffix}": torch.tensor(9.0), f"p/MeanMetric{suffix}": torch.tensor(3.0)}, name
-    assert coll.compute() == {"p/SumMetric": torch.tensor(4.0), "p/MeanMetric": torch.tensor(2.0)}
 
 
 # --------------------------------------------------------------------------------------------- device, dtype

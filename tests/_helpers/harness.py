@@ -1,4 +1,4 @@
-"""Run a test body on N gloo ranks in persistent worker processes (DESIGN.md §6).
+"""Run a test body on N gloo ranks in persistent worker processes.
 
 Why persistent workers: spawning a process and importing torch costs seconds on the 2-core CI machines, so
 each world size (1, 2, 3) gets one lazily created pool of N spawned workers that lives for the whole session.
@@ -6,6 +6,10 @@ Worker i is always rank i because it owns task queue i; nothing hands tasks to "
 torchmetrics' ``Pool.map`` harness scrambled rank identity. Any failure or timeout tears the pool down: a
 failed collective can leave the process group unusable, and rebuilding costs seconds where a hang costs the
 CI run.
+
+The benchmarks run on the same workers through :func:`run_once`: a fresh set of processes for one call (a
+benchmark's peak memory must be its own), any world size, a longer collective timeout, and no process group at
+world size 1 (what a single-process timing measures).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable
 
-__all__ = ["DistributedTestFailure", "free_port", "run_distributed", "shutdown_pools"]
+__all__ = ["DistributedTestFailure", "free_port", "run_distributed", "run_once", "shutdown_pools"]
 
 _WORLD_SIZES = (1, 2, 3)
 _PG_TIMEOUT_S = 30.0  # a stuck collective raises inside the worker instead of blocking it forever
@@ -52,8 +56,17 @@ def _exit_if_orphaned(parent_pid: int) -> None:
     os._exit(1)
 
 
-def _worker(rank: int, world_size: int, port: int, tasks: Any, results: Any, parent_pid: int) -> None:
-    """Join the process group as ``rank`` once, then run tasks until the ``None`` sentinel arrives.
+def _worker(
+    rank: int,
+    world_size: int,
+    port: int,
+    tasks: Any,
+    results: Any,
+    parent_pid: int,
+    pg_timeout: float = _PG_TIMEOUT_S,
+    init_group: bool = True,
+) -> None:
+    """Join the process group as ``rank`` once (if ``init_group``), then run tasks until the ``None`` sentinel.
 
     Messages on ``results`` are ``(rank, task_id, status, payload)``; payload is the pickled return value for
     ``"ok"`` and traceback text for ``"error"``. Values are pickled here, not by the queue's feeder thread,
@@ -70,13 +83,14 @@ def _worker(rank: int, world_size: int, port: int, tasks: Any, results: Any, par
         import torch.distributed as dist
 
         torch.set_num_threads(1)
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=_PG_TIMEOUT_S),
-        )
+        if init_group:
+            dist.init_process_group(
+                "gloo",
+                init_method=f"tcp://127.0.0.1:{port}",
+                rank=rank,
+                world_size=world_size,
+                timeout=timedelta(seconds=pg_timeout),
+            )
     except BaseException:
         results.put((rank, _READY, "error", traceback.format_exc()))
         return
@@ -94,13 +108,14 @@ def _worker(rank: int, world_size: int, port: int, tasks: Any, results: Any, par
         except BaseException:
             message = (rank, task_id, "error", traceback.format_exc())
         results.put(message)
-    dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class _Pool:
     """``world_size`` spawned workers; worker i owns task queue i and is rank i for its whole life."""
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(self, world_size: int, pg_timeout: float = _PG_TIMEOUT_S, init_group: bool = True) -> None:
         ctx = mp.get_context("spawn")
         self.world_size = world_size
         self.results = ctx.Queue()
@@ -110,7 +125,7 @@ class _Pool:
         self.procs = [
             ctx.Process(
                 target=_worker,
-                args=(rank, world_size, port, self.tasks[rank], self.results, os.getpid()),
+                args=(rank, world_size, port, self.tasks[rank], self.results, os.getpid(), pg_timeout, init_group),
                 name=f"harness-rank{rank}-of-{world_size}",
                 daemon=True,
             )
@@ -194,21 +209,21 @@ def _report(title: str, errors: dict[int, str], missing: list[int], why: str) ->
     return "\n".join(parts)
 
 
-def _get_pool(world_size: int) -> _Pool:
-    """Return the live pool for ``world_size``, (re)building it, with a new port on each try, if needed."""
-    pool = _POOLS.get(world_size)
-    if pool is not None and all(proc.is_alive() for proc in pool.procs):
-        return pool
-    _drop(world_size)
+def _start_pool(
+    world_size: int,
+    pg_timeout: float = _PG_TIMEOUT_S,
+    init_group: bool = True,
+    startup_timeout: float = _STARTUP_TIMEOUT_S,
+) -> _Pool:
+    """Start ``world_size`` workers and wait until every one is ready, with a new port on each try."""
     for _ in range(_STARTUP_ATTEMPTS):
-        pool = _Pool(world_size)
+        pool = _Pool(world_size, pg_timeout, init_group)
         try:
-            _, errors, missing = pool.collect(_READY, _STARTUP_TIMEOUT_S, grace=0.0)
+            _, errors, missing = pool.collect(_READY, startup_timeout, grace=0.0)
         except BaseException:
             pool.close(graceful=False)
             raise
         if not errors and not missing:
-            _POOLS[world_size] = pool
             return pool
         pool.close(graceful=False)
     raise DistributedTestFailure(
@@ -216,9 +231,19 @@ def _get_pool(world_size: int) -> _Pool:
             f"could not start {world_size} gloo workers ({_STARTUP_ATTEMPTS} tries)",
             errors,
             missing,
-            f"start-up timeout {_STARTUP_TIMEOUT_S}s or another rank failed",
+            f"start-up timeout {startup_timeout}s or another rank failed",
         )
     )
+
+
+def _get_pool(world_size: int) -> _Pool:
+    """Return the live pool for ``world_size``, (re)building it if needed."""
+    pool = _POOLS.get(world_size)
+    if pool is not None and all(proc.is_alive() for proc in pool.procs):
+        return pool
+    _drop(world_size)
+    _POOLS[world_size] = pool = _start_pool(world_size)
+    return pool
 
 
 def _drop(world_size: int, graceful: bool = False) -> None:
@@ -236,6 +261,25 @@ def shutdown_pools() -> None:
 atexit.register(shutdown_pools)
 
 
+def _run(pool: _Pool, fn: Callable[..., Any], blob: bytes, timeout: float, on_failure: Callable[[], None]) -> list:
+    """Run the pickled task on every worker of ``pool``; return values by rank, or call ``on_failure`` and raise."""
+    try:
+        done, errors, missing = pool.collect(pool.submit(blob), timeout)
+    except BaseException:  # e.g. pytest-timeout or Ctrl-C: the ranks are mid-task, so the pool is unusable
+        on_failure()
+        raise
+    if errors or missing:
+        on_failure()
+        name = getattr(fn, "__qualname__", repr(fn))
+        if errors:
+            title = f"{name} failed on {len(errors)} of {pool.world_size} ranks"
+        else:
+            title = f"{name} timed out after {timeout}s; ranks {missing} did not finish"
+            missing = []
+        raise DistributedTestFailure(_report(title, errors, missing, f"gave up {_GRACE_S}s after a failure"))
+    return [pickle.loads(done[rank]) for rank in range(pool.world_size)]
+
+
 def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 60.0, **kwargs: Any) -> list:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` gloo ranks; return values by rank.
 
@@ -250,19 +294,41 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
     if world_size not in _WORLD_SIZES:
         raise ValueError(f"world_size must be one of {_WORLD_SIZES}, got {world_size}")
     blob = pickle.dumps((fn, args, kwargs))  # fail here, in the caller, if the task cannot be sent
-    pool = _get_pool(world_size)
+    return _run(_get_pool(world_size), fn, blob, timeout, lambda: _drop(world_size))
+
+
+def run_once(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 600.0,
+    pg_timeout: float = 1800.0,
+    init_group: bool = True,
+    **kwargs: Any,
+) -> list:
+    """Run ``fn(rank, world_size, *args, **kwargs)`` once on ``world_size`` fresh processes; return values by rank.
+
+    Unlike :func:`run_distributed`, the workers are started for this call and stopped after it (what a benchmark
+    needs: its peak memory is its own, and environment variables set before the call reach the workers), any
+    world size is allowed, start-up may take as long as ``timeout`` (eight ranks importing torch on two busy
+    cores), ``pg_timeout`` bounds each collective (a benchmark step can take seconds under load), and
+    ``init_group=False`` runs without a process group.
+
+    Raises:
+        DistributedTestFailure: a rank raised or died, or not every rank finished within ``timeout`` seconds
+            (the workers are then killed).
+    """
+    blob = pickle.dumps((fn, args, kwargs))
+    pool = _start_pool(world_size, pg_timeout, init_group, startup_timeout=timeout)
+    failed = False
+
+    def kill() -> None:
+        nonlocal failed
+        failed = True
+        pool.close(graceful=False)
+
     try:
-        done, errors, missing = pool.collect(pool.submit(blob), timeout)
-    except BaseException:  # e.g. pytest-timeout or Ctrl-C: the ranks are mid-task, so the pool is unusable
-        _drop(world_size)
-        raise
-    if errors or missing:
-        _drop(world_size)
-        name = getattr(fn, "__qualname__", repr(fn))
-        if errors:
-            title = f"{name} failed on {len(errors)} of {world_size} ranks"
-        else:
-            title = f"{name} timed out after {timeout}s; ranks {missing} did not finish"
-            missing = []
-        raise DistributedTestFailure(_report(title, errors, missing, f"gave up {_GRACE_S}s after a failure"))
-    return [pickle.loads(done[rank]) for rank in range(world_size)]
+        return _run(pool, fn, blob, timeout, kill)
+    finally:
+        if not failed:
+            pool.close(graceful=True)

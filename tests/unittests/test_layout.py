@@ -1,0 +1,235 @@
+"""The package's layout, read from its source with ``ast`` (nothing is imported), and the repository's wording.
+
+- No import cycle between the modules of ``torchmetrics_diff``, counting imports inside functions too: every
+  ``import a.b.c``, ``from a.b import c`` and relative ``from . import x`` / ``from ..m import y`` is an edge.
+- No private name (``_x``) imported from another subpackage. The subpackages are the root package
+  (``torchmetrics_diff/*.py``) and each top-level folder (``distributed/``, ``functional/``, ``losses/``, ...,
+  with whatever folders they hold). Importing a private *module* (``distributed._backend``) is allowed; importing
+  a private *name* (``from torchmetrics_diff.metric import _detach`` into ``losses/``) is not, except for the
+  commented entries of :data:`PRIVATE_ALLOWED`.
+- Arrows point down: ``distributed`` imports nothing else of the package, ``functional`` imports only
+  ``distributed`` (and itself), and nothing imports ``integrations``.
+- No file of the package, the docs, the tests or the benchmarks cites a design file's sections or a tracker
+  number: the design lives in ``docs/guide/architecture.rst``, linked by section.
+
+Package modules covered: every module of ``torchmetrics_diff``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "torchmetrics_diff"
+
+#: ``(importing subpackage, module the name comes from, name)`` -> why the private name may cross
+PRIVATE_ALLOWED: dict[tuple[str, str, str], str] = {}
+
+#: what a subpackage may import of the rest of the package; subpackages not listed may import anything
+LAYERS = {
+    f"{PACKAGE}.distributed": set(),
+    f"{PACKAGE}.functional": {f"{PACKAGE}.distributed"},
+}
+NOT_IMPORTED = f"{PACKAGE}.integrations"
+
+#: searched by the wording test; generated folders are skipped
+WORDING_DIRS = (PACKAGE, "docs", "tests", "benchmarks")
+SKIPPED_DIRS = {"_build", "__pycache__", ".ipynb_checkpoints", "generated", "_autosummary"}
+TEXT_SUFFIXES = {".py", ".rst", ".md", ".txt", ".toml", ".cfg", ".ini", ".yaml", ".yml", ".json", ".html", ".css"}
+# written so that this file does not match its own patterns
+CITATIONS = re.compile("DESIGN(?:\\.md)?\\s*\u00a7|issue #?[0-9]")
+
+
+class Import(NamedTuple):
+    importer: str  # the module whose source holds the import
+    line: int
+    target: str  # the package module it imports (the longest existing module prefix)
+    name: str | None  # the name taken from ``target`` by ``from target import name``, else None
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its folder's name)."""
+    out = {}
+    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if path.name == "__init__.py" else parts)] = path
+    return out
+
+
+def _resolve(dotted: str, modules: dict[str, Path]) -> str | None:
+    """The longest prefix of ``dotted`` that is a package module, or None outside the package."""
+    while dotted not in modules:
+        if "." not in dotted:
+            return None
+        dotted = dotted.rsplit(".", 1)[0]
+    return dotted
+
+
+def _imports(modules: dict[str, Path]) -> Iterator[Import]:
+    """Every import of a package module by a package module, at any depth of the source (functions too)."""
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    target = _resolve(alias.name, modules)
+                    if target is not None:
+                        yield Import(name, node.lineno, target, None)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (node.level - 1)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                origin = _resolve(source, modules)
+                if origin is None:
+                    continue
+                for alias in node.names:
+                    submodule = f"{source}.{alias.name}"
+                    if submodule in modules:  # ``from pkg import module``: the edge goes to the module
+                        yield Import(name, node.lineno, submodule, None)
+                    else:
+                        yield Import(name, node.lineno, origin, alias.name)
+
+
+def _where(imp: Import, modules: dict[str, Path]) -> str:
+    return f"{modules[imp.importer].relative_to(ROOT)}:{imp.line}"
+
+
+def _subpackage(module: str) -> str:
+    """The root package for ``torchmetrics_diff/*.py``, else the top-level folder the module lies in."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return PACKAGE
+    folder = f"{PACKAGE}.{parts[1]}"
+    is_folder = (ROOT / PACKAGE / parts[1]).is_dir()
+    return folder if is_folder else PACKAGE
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """One shortest cycle through each strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            components.append(component)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    cycles = []
+    for component in components:
+        if len(component) < 2:
+            continue
+        start = min(component)
+        paths = {start: [start]}
+        todo = [start]
+        while todo:  # breadth first: the shortest way back to ``start`` inside the component
+            v = todo.pop(0)
+            for w in sorted(edges[v] & component):
+                if w == start:
+                    cycles.append([*paths[v], start])
+                    todo = []
+                    break
+                if w not in paths:
+                    paths[w] = [*paths[v], w]
+                    todo.append(w)
+    return sorted(cycles)
+
+
+def test_no_import_cycle() -> None:
+    modules = _modules()
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    lines: dict[tuple[str, str], dict[str, None]] = {}  # the import lines of each edge, in order, once each
+    for imp in _imports(modules):
+        if imp.target != imp.importer:
+            edges[imp.importer].add(imp.target)
+            lines.setdefault((imp.importer, imp.target), {})[_where(imp, modules)] = None
+    cycles = _cycles(edges)
+    report = []
+    for cycle in cycles:
+        steps = [f"    {a} -> {b}  ({', '.join(lines[a, b])})" for a, b in zip(cycle, cycle[1:])]
+        report.append(" -> ".join(cycle) + "\n" + "\n".join(steps))
+    assert not cycles, f"{len(cycles)} import cycle(s) in the package:\n" + "\n".join(report)
+
+
+def test_no_private_name_crosses_subpackages() -> None:
+    modules = _modules()
+    found = []
+    for imp in _imports(modules):
+        if imp.name is None or not imp.name.startswith("_") or imp.name.startswith("__"):
+            continue
+        importer, origin = _subpackage(imp.importer), _subpackage(imp.target)
+        if importer != origin and (importer, imp.target, imp.name) not in PRIVATE_ALLOWED:
+            found.append(f"{_where(imp, modules)}: {imp.importer} imports {imp.name} from {imp.target}")
+    assert not found, f"{len(found)} private name(s) imported from another subpackage:\n" + "\n".join(found)
+
+
+def test_allow_list_entries_are_used_and_explained() -> None:
+    modules = _modules()
+    used = {(_subpackage(i.importer), i.target, i.name) for i in _imports(modules) if i.name is not None}
+    stale = [entry for entry in PRIVATE_ALLOWED if entry not in used]
+    unexplained = [entry for entry, why in PRIVATE_ALLOWED.items() if len(why.split()) < 3]
+    assert not stale, f"allow-list entries no import needs any more: {stale}"
+    assert not unexplained, f"allow-list entries without a reason: {unexplained}"
+
+
+def test_arrows_point_down() -> None:
+    modules = _modules()
+    found = []
+    for imp in _imports(modules):
+        layer, target = _subpackage(imp.importer), _subpackage(imp.target)
+        if target == layer:
+            continue
+        allowed = LAYERS.get(layer)
+        if allowed is not None and target not in allowed:
+            may = ", ".join(sorted(allowed)) or "nothing else of the package"
+            found.append(f"{_where(imp, modules)}: {imp.importer} imports {imp.target} ({layer} may import {may})")
+        if target == NOT_IMPORTED:
+            found.append(f"{_where(imp, modules)}: {imp.importer} imports {imp.target} (nothing may import it)")
+    assert not found, f"{len(found)} import(s) against the layers:\n" + "\n".join(found)
+
+
+def _text_files() -> Iterator[Path]:
+    for top in WORDING_DIRS:
+        for path in sorted((ROOT / top).rglob("*")):
+            rel = path.relative_to(ROOT)
+            if path.is_file() and path.suffix in TEXT_SUFFIXES and not SKIPPED_DIRS.intersection(rel.parts):
+                yield path
+
+
+def test_no_design_file_sections_or_tracker_numbers() -> None:
+    found = []
+    for path in _text_files():
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if CITATIONS.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, (
+        f"{len(found)} line(s) cite a design file's sections or a tracker number (link the section of "
+        "docs/guide/architecture.rst, or say it in words):\n" + "\n".join(found)
+    )
