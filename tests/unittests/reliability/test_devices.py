@@ -17,6 +17,7 @@ import torch
 from tests.unittests._harness import run_distributed
 from tests.unittests.metric._helpers import tensor_devices
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
+from torchmetrics_diff import _state_sync
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
 from torchmetrics_diff.distributed import (
@@ -155,7 +156,7 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
         seen.append(str(inp.device))
         raise _Sentinel
 
-    for module in (metric_module, collections_module, _sync, _rows, _steady, _collectives, _global):
+    for module in (metric_module, collections_module, _state_sync, _sync, _rows, _steady, _collectives, _global):
         if hasattr(module, "group_size"):
             monkeypatch.setattr(module, "group_size", lambda group=None: 2)
         if hasattr(module, "group_rank"):
