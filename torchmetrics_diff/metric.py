@@ -97,22 +97,6 @@ def register_with_torchmetrics() -> bool:
 _TORCHMETRICS_REGISTERED = False
 
 
-class _Lifecycle:
-    """Marks the metric as inside its own lifecycle, so that a subclass's ``super().update()`` runs plainly."""
-
-    __slots__ = ("metric", "previous")
-
-    def __init__(self, metric: Metric) -> None:
-        self.metric = metric
-
-    def __enter__(self) -> None:
-        state = self.metric.__dict__
-        self.previous, state["_in_lifecycle"] = state["_in_lifecycle"], True
-
-    def __exit__(self, *exc: object) -> None:
-        self.metric.__dict__["_in_lifecycle"] = self.previous
-
-
 class BatchStep:
     """One batch on its way through the batch-step protocol (see :class:`Metric`): what undoing or finishing
     it needs.
@@ -474,8 +458,8 @@ class Metric(nn.Module):
         self._computed = None
         self._add_count(1)  # not `+= 1`: under torch.compile, see _add_count
         try:
-            with self._lifecycle(), torch.no_grad():  # accumulated states never hold a graph (nor a view of one)
-                raw(self, *detach(args), **detach(kwargs))
+            with torch.no_grad():  # accumulated states never hold a graph (nor a view of one)
+                self._run(raw, *detach(args), **detach(kwargs))
         except BaseException:
             self._restore(snapshot)
             raise
@@ -502,8 +486,8 @@ class Metric(nn.Module):
             return self._computed
         external = self._synced_cache is not None  # a MetricCollection synced every member at once
         should_sync = self.sync_on_compute and not external
-        with self.sync_context(should_sync=should_sync, should_unsync=should_sync), self._lifecycle(), torch.no_grad():
-            value = detach(raw(self))
+        with self.sync_context(should_sync=should_sync, should_unsync=should_sync), torch.no_grad():
+            value = detach(self._run(raw))
             # a value that is a state (``return self.total``) would change with the next in-place update
             value = unaliased(value, self.metric_state)
         if self.compute_with_cache:
@@ -544,8 +528,15 @@ class Metric(nn.Module):
             "unsync(). Call unsync() first (or leave the sync_context block)."
         )
 
-    def _lifecycle(self) -> _Lifecycle:
-        return _Lifecycle(self)
+    def _run(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``fn(self, ...)`` inside the metric's own lifecycle, where a subclass's ``super().update()`` (or
+        ``compute()``) runs plainly instead of starting a lifecycle of its own."""
+        state = self.__dict__
+        previous, state["_in_lifecycle"] = state["_in_lifecycle"], True
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            state["_in_lifecycle"] = previous
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with a batch and return the metric of that batch (of the global batch when syncing).
@@ -591,15 +582,15 @@ class Metric(nn.Module):
         """
         step.args, step.kwargs = args, kwargs
         try:
-            with self._lifecycle():
-                type(self)._raw_update(self, *args, **kwargs)
+            self._run(type(self)._raw_update, *args, **kwargs)
         except Exception as err:
             if announce and self._syncs_on_step():
                 fail_sync(
                     err, self.process_group, plan=self._plan("local"), owner=type(self).__name__, device=self.device
                 )
             raise
-        step.batch = self.metric_state
+        state = self.__dict__
+        step.batch = {name: state[name] for name in self._defaults}
 
     def _sync_batch(self, step: BatchStep, synced: dict[str, Any] | None = None) -> None:
         """Replace the batch states by their values over every rank, differentiably (``grad="local"``).
@@ -613,8 +604,7 @@ class Metric(nn.Module):
 
     def _batch_value(self) -> Any:
         """The value of the states in place (``compute`` without sync or cache)."""
-        with self._lifecycle():
-            return type(self)._raw_compute(self)
+        return self._run(type(self)._raw_compute)
 
     def _finish_batch(self, step: BatchStep, value: Any) -> Any:
         """Fold the detached batch states into the accumulated ones; keep the detached value; return ``value``."""
@@ -622,12 +612,15 @@ class Metric(nn.Module):
             # the count only weighs `mean` states: reading it in traced code would guard on the eager count
             count = self._update_count if self._weighs_count else 1
             batch = step.batch if step.batch is not None else self.metric_state
-            batch = {n: v.detach() if isinstance(v, torch.Tensor) else detach(v) for n, v in batch.items()}
+            # (a batch state without a graph merges as it is: the merge makes new tensors or extends a list)
+            batch = {
+                n: v if isinstance(v, torch.Tensor) and not v.requires_grad else detach(v) for n, v in batch.items()
+            }
             self._set_states(self._merged(step.accumulated, batch, count))
         else:  # no known reduction to merge by: replay ``update`` on the accumulated states
             self._set_states(step.accumulated)
-            with self._lifecycle(), torch.no_grad():
-                type(self)._raw_update(self, *detach(step.args), **detach(step.kwargs))
+            with torch.no_grad():
+                self._run(type(self)._raw_update, *detach(step.args), **detach(step.kwargs))
         if self.compute_on_cpu:
             self._move_list_states(_CPU)
         self.__dict__["_forward_cache"] = detach(value)
