@@ -146,9 +146,7 @@ def _as_lists(spec: SyncSpec, values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def gather_each(
-    spec: SyncSpec, states: dict[str, Any], gather: Callable, group: Group, grad: str
-) -> dict[str, Any]:
+def gather_each(spec: SyncSpec, states: dict[str, Any], gather: Callable, group: Group, grad: str) -> dict[str, Any]:
     """The slow path for a user-provided ``gather(tensor, group=...)``: one call per state, reduced locally.
 
     Args:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from copy import deepcopy
 from typing import Any
 
 from torch import nn
@@ -359,8 +360,6 @@ class MetricCollection(nn.ModuleDict):
 
     def clone(self, prefix: str | None = None, postfix: str | None = None) -> MetricCollection:
         """A deep copy, optionally with a new prefix/postfix."""
-        from copy import deepcopy
-
         new = deepcopy(self)
         new._sync_plans = {}
         if prefix is not None:

@@ -35,8 +35,6 @@ from torchmetrics_diff.distributed._compile import compiling, outside_graph
 from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, fail_sync
 from torchmetrics_diff.exceptions import TorchMetricsUserError
 
-__all__ = ["Metric", "TorchMetricsUserError", "dim_zero_cat", "register_with_torchmetrics"]
-
 _REDUCTION_NAMES = (*REDUCTIONS,)
 _GRAD_REDUCTIONS = ("mean", "sum")
 _CPU = torch.device("cpu")

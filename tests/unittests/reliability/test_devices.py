@@ -16,8 +16,7 @@ import torch
 
 from tests.unittests._harness import run_distributed
 from tests.unittests.metric._helpers import tensor_devices
-from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
-from torchmetrics_diff import _state_sync
+from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric, _state_sync
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
 from torchmetrics_diff.distributed import (
