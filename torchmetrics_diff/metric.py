@@ -286,7 +286,8 @@ class Metric(nn.Module):
         self._sync_plans = {"step": SyncPlan(), "epoch": SyncPlan()}
         self._list_states: tuple[str, ...] = ()  # names of the list states, in registration order
         self._callable_lists: tuple[str, ...] = ()
-        self._merged_by_reduction = True  # whether batch states merge by their reductions (see _finish_batch)
+        # whether batch states merge by their reductions, or update replays on the accumulators (_finish_batch)
+        self._merged_by_reduction = not self.full_state_update
         self._weighs_count = False  # whether a ``mean`` state needs the update count to merge
         # where tensors are made now: the CPU, or the device of an enclosing ``with torch.device(...)``
         self._device = default_device()
@@ -371,7 +372,7 @@ class Metric(nn.Module):
 
     def _add_count(self, delta: int) -> None:
         """Count ``delta`` updates without a Dynamo guard: traced code adds to a tensor (whose value no guard
-        reads), eager code to an int (a tensor add would cost ~2 µs per step)."""
+        reads), eager code to an int (cheaper than a tensor add on every step)."""
         if compiling():
             self._traced_count = self._traced_count + delta
         else:
