@@ -22,7 +22,7 @@ __all__ = [
     "MetricCollection",
     "MinMetric",
     "SumMetric",
-    # everyday metrics (issue 14)
+    # everyday metrics
     "AUROC",
     "Accuracy",
     "ConfusionMatrix",

@@ -2,7 +2,8 @@
 
 With ``dist_sync_on_step=True`` they are global-batch reductions with exact gradients: for instance
 ``MeanMetric(dist_sync_on_step=True)(per_token_loss, weight=mask)`` is the token-level loss normalized by the
-number of valid tokens of *every* rank, and its gradient is the one-big-device gradient (DESIGN §1).
+number of valid tokens of *every* rank, and its gradient is the one-big-device gradient
+(:ref:`architecture-gradient-contract`).
 
 Inputs keep their floating dtype within a step (a float64 loss stays float64); the accumulated states keep the
 metric's dtype (float32 unless :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
@@ -88,6 +89,19 @@ class BaseAggregator(Metric):
             )
         return ~nans
 
+    def _nan_free_sum(self, value: torch.Tensor) -> torch.Tensor | None:
+        """``value.sum()`` when ``value`` holds no NaN for the ``nan_strategy`` to act on, else ``None``.
+
+        A NaN anywhere makes the sum NaN, so one host read of the sum clears the common case without building
+        the mask (an infinite sum of opposite infinities also reads NaN: the caller then checks the mask). Eager
+        mode only: under ``torch.compile`` the host read would be a graph break of its own.
+        """
+        total = value.sum()
+        if self.nan_strategy == "disable":
+            return total
+        read = total.item()
+        return total if read == read else None
+
     def _clean(self, value: Any) -> torch.Tensor:
         value = self._as_tensor(value)
         keep = self._nan_mask(value)
@@ -131,7 +145,9 @@ class SumMetric(BaseAggregator):
 
     def update(self, value: torch.Tensor | float) -> None:
         """Add ``value`` (any shape) to the sum."""
-        self.sum_value = self.sum_value + self._clean(value).sum()
+        value = self._as_tensor(value)
+        total = None if compiling() else self._nan_free_sum(value)
+        self.sum_value = self.sum_value + (total if total is not None else self._clean(value).sum())
 
 
 class _Extremum(BaseAggregator):
@@ -261,10 +277,13 @@ class MeanMetric(BaseAggregator):
         traced_ignore = self.nan_strategy == "ignore" and compiling()  # NaNs get weight 0: the weighted path
         # the common case: a finite scalar weight, no weight tensor (NaN != NaN)
         if scalar and weight == weight and not traced_ignore:
-            keep = self._nan_mask(value)
-            if keep is not None:
-                value = self._replace_or_drop(value, keep)
-            self.mean_value = self.mean_value + value.sum() * weight
+            total = None if compiling() else self._nan_free_sum(value)
+            if total is None:
+                keep = self._nan_mask(value)
+                if keep is not None:
+                    value = self._replace_or_drop(value, keep)
+                total = value.sum()
+            self.mean_value = self.mean_value + (total if weight == 1 else total * weight)
             self.weight = self.weight + value.numel() * weight
             return
         weight = self._as_tensor(weight, "weight")

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from copy import deepcopy
 from typing import Any
 
 from torch import nn
 
-from torchmetrics_diff.composition import _route_kwargs
+from torchmetrics_diff._state_sync import sync_metrics
+from torchmetrics_diff._tensors import detach
 from torchmetrics_diff.distributed._backend import Group
 from torchmetrics_diff.distributed._compile import compiling, outside_graph
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync
-from torchmetrics_diff.metric import Metric, _detach, sync_metrics
+from torchmetrics_diff.metric import BatchStep, Metric
 
 
 class MetricCollection(nn.ModuleDict):
@@ -162,7 +164,7 @@ class MetricCollection(nn.ModuleDict):
             leader = self._modules[group[0]]
             for name in group[1:]:
                 other = self._modules[name]
-                if other._reductions != leader._reductions or type(other)._raw_update is not type(leader)._raw_update:
+                if not leader._same_update(other):
                     raise ValueError(
                         f"compute group {group}: {name!r} does not have the states and update of {group[0]!r}"
                     )
@@ -227,9 +229,7 @@ class MetricCollection(nn.ModuleDict):
         for group in self._groups:
             leader = self._modules[group[0]]
             for name in group[1:]:
-                self._modules[name]._set_states(leader.metric_state)
-                self._modules[name]._update_count = leader._update_count  # (a tensor when compiled: no guard, no break)
-                self._modules[name]._computed = None
+                self._modules[name]._share_states(leader)
 
     def _results(self, values: dict[str, Any]) -> dict[str, Any]:
         """One flat dict: a member's dict value is spread by its own keys (``{member}_{key}`` only on clashes)."""
@@ -259,7 +259,7 @@ class MetricCollection(nn.ModuleDict):
         snapshots = {name: m._snapshot() for name, m in leaders.items()}
         try:
             for m in leaders.values():
-                m.update(*args, **_route_kwargs(m, kwargs))
+                m.update(*args, **m._filter_kwargs(kwargs))
         except BaseException:  # all or nothing: a retry must not count the batch twice in some members
             for name, m in leaders.items():
                 m._restore(snapshots[name])
@@ -268,19 +268,23 @@ class MetricCollection(nn.ModuleDict):
             self._share_group_states()
 
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Every member's batch value; members with ``dist_sync_on_step`` are synced in one engine call."""
+        """Every member's batch value; members with ``dist_sync_on_step`` are synced in one engine call.
+
+        Every member runs the batch-step protocol of :class:`~torchmetrics_diff.Metric`; the members that sync
+        through the engine are synced together between their ``update`` and their value.
+        """
         if compiling() and any(m._syncs_on_step_eagerly() for m in self._modules.values()):
             return _eager_forward(self, *args, **kwargs)  # one graph break: see Metric._syncs_on_step_eagerly
         leaders = self._leaders()
-        routed = {n: _route_kwargs(m, kwargs) for n, m in leaders.items()}
-        accumulated: dict[str, dict[str, Any]] = {}
         syncing = self._syncing({n: m for n, m in leaders.items() if m._syncs_on_step()})
+        steps: dict[str, BatchStep] = {}
         try:
             for name, m in leaders.items():
-                accumulated[name] = m._begin_batch(args, routed[name], fail_with_peers=False)
+                steps[name] = m._begin_batch()
+                m._update_batch(steps[name], args, m._filter_kwargs(kwargs), announce=False)
         except Exception as err:
-            for name, acc in accumulated.items():
-                leaders[name]._abort_batch(acc)
+            for name, step in steps.items():
+                leaders[name]._abort_batch(step)
             for group in syncing:  # the other ranks wait in these syncs: let them raise too
                 try:
                     device = next(iter(syncing[group].values())).device
@@ -290,33 +294,32 @@ class MetricCollection(nn.ModuleDict):
                         raise
             raise
         try:
-            batches = {name: m.metric_state for name, m in leaders.items()}
             for name, m in leaders.items():
-                if m.dist_sync_on_step and m.dist_sync_fn is not None and m._distributed_available():
-                    m._set_states(m._sync_values(batches[name], grad="local"))
+                if m.dist_sync_fn is not None and m._syncs_on_step_eagerly():  # its own gather: alone
+                    m._sync_batch(steps[name])
             for group, members in syncing.items():
-                synced = sync_metrics(
-                    members, {n: batches[n] for n in members}, group, self._plan("step", group), "local"
-                )
+                specs = {n: m._sync_spec() for n, m in members.items()}
+                batches = {n: steps[n].batch for n in members}
+                synced = sync_metrics(specs, batches, group, self._plan("step", group), "local")
                 for n, states in synced.items():
-                    leaders[n]._set_states(states)
+                    leaders[n]._sync_batch(steps[n], states)
             self._share_group_states()
             values = {name: m._batch_value() for name, m in self._modules.items()}
         except BaseException:
-            for name, acc in accumulated.items():
-                leaders[name]._abort_batch(acc)
+            for name, step in steps.items():
+                leaders[name]._abort_batch(step)
             self._share_group_states()
             raise
         for name, m in leaders.items():
-            m._end_batch(accumulated[name], batches[name], args, routed[name])
+            m._finish_batch(steps[name], values[name])
         self._share_group_states()
         for name, m in self._modules.items():
-            m._forward_cache = _detach(values[name])
+            m._forward_cache = detach(values[name])
         return self._results(values)
 
     @staticmethod
     def _syncing(members: dict[str, Metric]) -> dict[Group, dict[str, Metric]]:
-        """Members that sync through the engine, by process group (all of them in one engine call per group)."""
+        """``members`` by process group (all of them in one engine call per group)."""
         out: dict[Any, dict[str, Metric]] = {}
         for name, m in members.items():
             out.setdefault(m.process_group, {})[name] = m
@@ -324,26 +327,23 @@ class MetricCollection(nn.ModuleDict):
 
     def compute(self) -> dict[str, Any]:
         """Every member's epoch value; all members' states synced in one engine call."""
-        if compiling() and any(m.sync_on_compute and m._distributed_available() for m in self._modules.values()):
+        if compiling() and any(m._syncs_on_compute() for m in self._modules.values()):
             return _eager_compute(self)  # one graph break: the sync runs inside try/finally
         leaders = self._leaders()
-        syncing = {
-            n: m for n, m in leaders.items() if m.sync_on_compute and m._synced_cache is None and not m._cache_usable()
-        }
         synced_here: list[Metric] = []
         try:
-            for group, members in self._syncing_for_compute(syncing).items():
+            for group, members in self._syncing({n: m for n, m in leaders.items() if m._joins_compute_sync()}).items():
                 states = {n: m.metric_state for n, m in members.items()}
-                synced = sync_metrics(members, states, group, self._plan("epoch", group), "none")
+                specs = {n: m._sync_spec() for n, m in members.items()}
+                synced = sync_metrics(specs, states, group, self._plan("epoch", group), "none")
                 for n, m in members.items():
-                    m._synced_cache = states[n]
-                    m._set_states(synced[n])
+                    m._hold_synced(states[n], synced[n])
                     synced_here.append(m)
             for group in self._groups:  # followers read their leader's synced states: they must not sync them again
                 leader = self._modules[group[0]]
-                if leader._synced_cache is not None:
+                if leader._is_synced:
                     for name in group[1:]:
-                        self._modules[name]._synced_cache = leader._synced_cache
+                        self._modules[name]._hold_synced(leader._synced_cache, leader.metric_state)
                         synced_here.append(self._modules[name])
             self._share_group_states()
             values = {name: m.compute() for name, m in self._modules.items()}
@@ -353,13 +353,6 @@ class MetricCollection(nn.ModuleDict):
             self._share_group_states()
         return self._results(values)
 
-    def _syncing_for_compute(self, members: dict[str, Metric]) -> dict[Any, dict[str, Metric]]:
-        out: dict[Any, dict[str, Metric]] = {}
-        for name, m in members.items():
-            if m.dist_sync_fn is None and m._defaults and m._distributed_available():
-                out.setdefault(m.process_group, {})[name] = m
-        return out
-
     def reset(self) -> None:
         """Reset every member."""
         for m in self._modules.values():
@@ -367,8 +360,6 @@ class MetricCollection(nn.ModuleDict):
 
     def clone(self, prefix: str | None = None, postfix: str | None = None) -> MetricCollection:
         """A deep copy, optionally with a new prefix/postfix."""
-        from copy import deepcopy
-
         new = deepcopy(self)
         new._sync_plans = {}
         if prefix is not None:

@@ -3,24 +3,20 @@
 ``forward`` composes the members' *differentiable* batch values (each member syncs its own states when it syncs
 on step), so ``a + 0.5 * b`` is a loss whose gradient is that of the composed global-batch values. ``compute``
 composes the members' epoch values.
+
+The operators of :class:`~torchmetrics_diff.Metric` that build a ``CompositionalMetric`` (``a + b``, ``a < b``,
+``-a``, ``a[0]``, ...) are defined at the end of this module.
 """
 
 from __future__ import annotations
 
-import inspect
+import operator
 from typing import Any, Callable
 
 import torch
 
-from torchmetrics_diff.metric import Metric, _detach
-
-
-def _route_kwargs(metric: Metric, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments ``metric.update`` accepts (all of them when it takes ``**kwargs``)."""
-    params = inspect.signature(metric.update).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    return {k: v for k, v in kwargs.items() if k in params}
+from torchmetrics_diff._tensors import detach
+from torchmetrics_diff.metric import Metric
 
 
 class CompositionalMetric(Metric):
@@ -70,7 +66,7 @@ class CompositionalMetric(Metric):
         snapshot = self._snapshot()
         try:
             for m in self._members():
-                m.update(*args, **_route_kwargs(m, kwargs))
+                m.update(*args, **m._filter_kwargs(kwargs))
         except BaseException:
             self._restore(snapshot)
             raise
@@ -85,14 +81,14 @@ class CompositionalMetric(Metric):
         snapshot = self._snapshot()
         try:
             a, b = (
-                m(*args, **_route_kwargs(m, kwargs)) if isinstance(m, Metric) else m
+                m(*args, **m._filter_kwargs(kwargs)) if isinstance(m, Metric) else m
                 for m in (self.metric_a, self.metric_b)
             )
         except BaseException:
             self._restore(snapshot)
             raise
         value = self._apply_op(a, b)
-        self._forward_cache = _detach(value)
+        self._forward_cache = detach(value)
         return value
 
     def _snapshot(self) -> Any:
@@ -128,3 +124,66 @@ class CompositionalMetric(Metric):
     def __repr__(self) -> str:
         name = getattr(self.op, "__name__", repr(self.op))
         return f"{type(self).__name__}(\n  {name}(\n    {self.metric_a!r},\n    {self.metric_b!r}\n  )\n)"
+
+
+# ------------------------------------------------------------------------------------- Metric's operators
+def _binary(fn: Callable, reflected: bool = False) -> Callable:
+    def method(self: Metric, other: Any = None) -> Metric:
+        return CompositionalMetric(fn, other, self) if reflected else CompositionalMetric(fn, self, other)
+
+    method.__name__ = getattr(fn, "__name__", "op")
+    return method
+
+
+def _unary(fn: Callable) -> Callable:
+    def method(self: Metric) -> Metric:
+        return CompositionalMetric(fn, self, None)
+
+    method.__name__ = getattr(fn, "__name__", "op")
+    return method
+
+
+def _getitem(self: Metric, idx: Any) -> Metric:
+    """``metric[idx]``: a :class:`~torchmetrics_diff.CompositionalMetric` whose value is ``value[idx]``.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import CatMetric
+        >>> first = CatMetric()[0]
+        >>> first(torch.tensor([5.0, 6.0]))
+        tensor(5.)
+    """
+    return CompositionalMetric(operator.itemgetter(idx), self, None)
+
+
+def _pos(self: Metric) -> Metric:
+    """``+metric`` is the metric itself (torchmetrics returns ``abs(metric)``)."""
+    return self
+
+
+_BINARY = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
+    "matmul": operator.matmul,
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+}
+_COMPARE = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
+_UNARY = {"neg": torch.neg, "abs": torch.abs, "invert": torch.bitwise_not}
+
+for _name, _fn in _BINARY.items():
+    setattr(Metric, f"__{_name}__", _binary(_fn))
+    setattr(Metric, f"__r{_name}__", _binary(_fn, reflected=True))
+for _name, _fn in _COMPARE.items():
+    setattr(Metric, f"__{_name}__", _binary(_fn))
+for _name, _fn in _UNARY.items():
+    setattr(Metric, f"__{_name}__", _unary(_fn))
+_getitem.__name__, _pos.__name__ = "__getitem__", "__pos__"
+Metric.__getitem__ = _getitem  # type: ignore[method-assign]
+Metric.__pos__ = _pos  # type: ignore[attr-defined]

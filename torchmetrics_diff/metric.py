@@ -8,13 +8,15 @@ bound methods and pickle like any module.
 differentiably when ``dist_sync_on_step`` (each rank's own contribution keeps its graph, its gradient scaled
 by the group size under ``grad_reduction="mean"``), computes the batch value, and merges the *detached* batch
 states into the accumulated ones. Nothing a step does depends on how many steps came before.
+
+The arithmetic and comparison operators of :class:`Metric` (and ``metric[idx]``) are defined in
+:mod:`torchmetrics_diff.composition`, next to the :class:`~torchmetrics_diff.CompositionalMetric` they build.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import operator
 import sys
 import warnings
 from collections.abc import Iterator
@@ -26,12 +28,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from torchmetrics_diff._state_sync import SyncSpec, gather_each, sync_metrics
+from torchmetrics_diff._tensors import default_device, detach, promoted, unaliased
 from torchmetrics_diff.distributed._backend import Group, group_size
 from torchmetrics_diff.distributed._compile import compiling, outside_graph
-from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, fail_sync, scale_state_grad, sync_states
+from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, fail_sync
+from torchmetrics_diff.exceptions import TorchMetricsUserError
 
 _REDUCTION_NAMES = (*REDUCTIONS,)
 _GRAD_REDUCTIONS = ("mean", "sum")
+_CPU = torch.device("cpu")
 
 
 def dim_zero_cat(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
@@ -65,21 +71,16 @@ _CONSTANTS = frozenset(
 )
 
 
-class TorchMetricsUserError(RuntimeError):
-    """A metric used out of order: ``forward``/``update`` while synced, ``sync`` twice, ``unsync`` unsynced.
-
-    The name and meaning follow torchmetrics' exception of the same name; it subclasses ``RuntimeError``, so
-    ``except RuntimeError`` keeps working.
-    """
-
-
-def _register_with_torchmetrics() -> bool:
+def register_with_torchmetrics() -> bool:
     """Make our metrics ``isinstance(m, torchmetrics.Metric)`` when torchmetrics is already imported.
 
     ``torchmetrics.Metric`` is an abstract base class, so registering :class:`Metric` as a virtual subclass is
     enough for Lightning's ``self.log(name, metric)`` checks; Lightning then only uses ``_forward_cache``,
     ``compute()`` and ``reset()``, which :class:`Metric` provides. torchmetrics is never imported here: the
     check costs a dictionary lookup, and frameworks that accept torchmetrics objects import it themselves.
+
+    Returns:
+        Whether :class:`Metric` is now registered (``False`` while torchmetrics is not imported).
     """
     global _TORCHMETRICS_REGISTERED
     module = sys.modules.get("torchmetrics")
@@ -94,81 +95,48 @@ def _register_with_torchmetrics() -> bool:
 _TORCHMETRICS_REGISTERED = False
 
 
-class _Lifecycle:
-    """Marks the metric as inside its own lifecycle, so that a subclass's ``super().update()`` runs plainly."""
+class BatchStep:
+    """One batch on its way through the batch-step protocol (see :class:`Metric`): what undoing or finishing
+    it needs.
 
-    __slots__ = ("metric", "previous")
+    Attributes:
+        accumulated: the accumulated states, set aside while the batch states are in place.
+        computed: the cached ``compute`` value of the accumulated states (put back by an abort).
+        batch: the batch states as ``update`` left them, before any sync; ``None`` (a caller that folds the batch
+            itself and does not sync the states, as the losses): the states in place.
+        args: the positional arguments of the batch.
+        kwargs: the keyword arguments of the batch.
+    """
 
-    def __init__(self, metric: Metric) -> None:
-        self.metric = metric
+    __slots__ = ("accumulated", "args", "batch", "computed", "kwargs")
 
-    def __enter__(self) -> None:
-        state = self.metric.__dict__
-        self.previous, state["_in_lifecycle"] = state["_in_lifecycle"], True
-
-    def __exit__(self, *exc: object) -> None:
-        self.metric.__dict__["_in_lifecycle"] = self.previous
-
-
-def _promoted(before: Any, after: Any) -> bool:
-    """Whether a floating state changed floating dtype (type promotion by an input of another precision)."""
-    return (
-        isinstance(before, torch.Tensor)
-        and isinstance(after, torch.Tensor)
-        and before.is_floating_point()
-        and after.is_floating_point()
-        and after.dtype != before.dtype
-    )
+    def __init__(self, accumulated: dict[str, Any], computed: Any) -> None:
+        self.accumulated = accumulated
+        self.computed = computed
+        self.batch: dict[str, Any] | None = None
+        self.args: tuple = ()
+        self.kwargs: dict[str, Any] = {}
 
 
-def _default_device() -> torch.device:
-    """The device factory functions use now (``torch.get_default_device`` where torch has it)."""
-    get = getattr(torch, "get_default_device", None)
-    return get() if get is not None else torch.empty(0).device
-
-
-def _storages(states: dict[str, Any]) -> set[int]:
-    """The storage addresses of every tensor in ``states`` (list states included)."""
-    out = set()
-    for value in states.values():
-        for t in value if isinstance(value, list) else (value,):
-            if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                ptr = t.untyped_storage().data_ptr()
-                if ptr:
-                    out.add(ptr)
-    return out
-
-
-def _map_tensors(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
-    """``value`` with ``fn`` applied to every tensor in it (through lists, tuples, named tuples and dicts)."""
-    if isinstance(value, torch.Tensor):
-        return fn(value)
-    if isinstance(value, list):
-        return [_map_tensors(fn, v) for v in value]
-    if isinstance(value, tuple):
-        items = (_map_tensors(fn, v) for v in value)
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    if isinstance(value, dict):
-        return {k: _map_tensors(fn, v) for k, v in value.items()}
-    return value
-
-
-def _unaliased(value: Any, states: dict[str, Any]) -> Any:
-    """``value`` with every tensor that shares memory with a state replaced by a copy."""
-    if compiling():  # storage addresses are not traceable: copy every tensor (compute values are small)
-        return _map_tensors(torch.Tensor.clone, value)
-    taken = _storages(states)
-    if not taken:
-        return value
-
-    def copy_if_alias(t: torch.Tensor) -> torch.Tensor:
-        return t.clone() if t.device.type != "meta" and t.untyped_storage().data_ptr() in taken else t
-
-    return _map_tensors(copy_if_alias, value)
-
-
-def _detach(value: Any) -> Any:
-    return _map_tensors(torch.Tensor.detach, value)
+def _merge_pair(fx: str | Callable, a: Any, b: Any, count: float) -> Any:
+    """State ``b`` (detached) folded into ``a`` by reduction ``fx``; a ``mean`` state moves ``1/count`` of the way
+    to ``b``. A list state is extended in place (a step costs the same after 10,000 steps as after one)."""
+    if isinstance(a, list):
+        a.extend(b if isinstance(b, list) else [b])
+        return a
+    if isinstance(b, torch.Tensor) and b.dtype != a.dtype:
+        b = b.to(a.dtype)  # a float64 batch folds into float32 accumulators without changing their dtype
+    if fx == "sum":
+        return a + b
+    if fx == "mean":
+        return a + (b - a) / count
+    if fx == "max":
+        return torch.maximum(a, b)
+    if fx == "min":
+        return torch.minimum(a, b)
+    if fx == "cat":
+        return torch.cat([a.reshape(1) if a.ndim == 0 else a, b.reshape(1) if b.ndim == 0 else b])
+    return fx(torch.stack([a, b]))
 
 
 class Metric(nn.Module):
@@ -210,6 +178,24 @@ class Metric(nn.Module):
         >>> metric.update(torch.tensor([4.0]))
         >>> metric.compute()  # every batch since the last reset
         tensor(7.)
+
+    The batch-step protocol: ``forward`` is five steps, and :class:`~torchmetrics_diff.MetricCollection` (which
+    syncs all its members between the second and the third) and the losses (which compute their value
+    themselves) run the same steps, so the bookkeeping of a batch exists once:
+
+    - :meth:`_begin_batch` refuses a synced metric, counts the update and swaps in fresh batch states; it returns
+      the :class:`BatchStep` the other steps take.
+    - :meth:`_update_batch` folds the batch into the batch states with the caller's autograd mode.
+    - :meth:`_sync_batch` replaces the batch states by their values over every rank (when syncing on step).
+    - :meth:`_batch_value` is the value of the batch states.
+    - :meth:`_finish_batch` merges the detached batch states into the accumulated ones and keeps the detached
+      value as ``_forward_cache`` (what Lightning logs); :meth:`_abort_batch` instead puts everything back.
+
+    What a collection needs besides: :meth:`_filter_kwargs` (the keyword arguments ``update`` takes),
+    :meth:`_snapshot`/:meth:`_restore` (an all-or-nothing ``update``), :meth:`_same_update` and
+    :meth:`_share_states` (compute groups), :meth:`_sync_spec`, :meth:`_hold_synced` and :attr:`_is_synced` (one
+    sync for every member), and the questions :meth:`_syncs_on_step`, :meth:`_syncs_on_step_eagerly`,
+    :meth:`_syncs_on_compute` and :meth:`_joins_compute_sync`.
     """
 
     is_differentiable: ClassVar[bool | None] = None
@@ -249,7 +235,7 @@ class Metric(nn.Module):
     ) -> None:
         super().__init__()
         if not _TORCHMETRICS_REGISTERED:
-            _register_with_torchmetrics()
+            register_with_torchmetrics()
         if kwargs:
             raise ValueError(f"Unexpected keyword arguments for {type(self).__name__}: {sorted(kwargs)}")
         for name, value in (
@@ -299,8 +285,12 @@ class Metric(nn.Module):
         self._in_lifecycle = False
         self._sync_plans = {"step": SyncPlan(), "epoch": SyncPlan()}
         self._list_states: tuple[str, ...] = ()  # names of the list states, in registration order
+        self._callable_lists: tuple[str, ...] = ()
+        # whether batch states merge by their reductions, or update replays on the accumulators (_finish_batch)
+        self._merged_by_reduction = not self.full_state_update
+        self._weighs_count = False  # whether a ``mean`` state needs the update count to merge
         # where tensors are made now: the CPU, or the device of an enclosing ``with torch.device(...)``
-        self._device = _default_device()
+        self._device = default_device()
         self._dtype = torch.get_default_dtype()
 
     # ------------------------------------------------------------------ states
@@ -346,6 +336,10 @@ class Metric(nn.Module):
         self._list_states = tuple(n for n, d in self._defaults.items() if isinstance(d, list))
         # list states whose callable reduction receives the per-rank tensors (as torchmetrics hands them over)
         self._callable_lists = tuple(n for n in self._list_states if callable(self._reductions[n]))
+        self._merged_by_reduction = not self.full_state_update and all(
+            isinstance(fx, str) for fx in self._reductions.values()
+        )
+        self._weighs_count = "mean" in self._reductions.values()
 
     @staticmethod
     def _fresh(default: torch.Tensor | list) -> torch.Tensor | list:
@@ -378,7 +372,7 @@ class Metric(nn.Module):
 
     def _add_count(self, delta: int) -> None:
         """Count ``delta`` updates without a Dynamo guard: traced code adds to a tensor (whose value no guard
-        reads), eager code to an int (a tensor add would cost ~2 µs per step)."""
+        reads), eager code to an int (cheaper than a tensor add on every step)."""
         if compiling():
             self._traced_count = self._traced_count + delta
         else:
@@ -400,7 +394,8 @@ class Metric(nn.Module):
         return self._dtype
 
     def _snapshot(self) -> Any:
-        """Enough to undo any update: tensor states cloned (updates may work in place), list lengths, counters."""
+        """Enough to undo any update (:meth:`_restore`): tensor states cloned (updates may work in place), list
+        lengths, counters."""
         states = {n: v.clone() if isinstance(v, torch.Tensor) else (v, len(v)) for n, v in self.metric_state.items()}
         return states, self._update_count, self._computed
 
@@ -415,6 +410,23 @@ class Metric(nn.Module):
 
     def _set_states(self, values: dict[str, Any]) -> None:
         self.__dict__.update(values)  # states are plain attributes, never parameters, buffers or modules
+
+    def _share_states(self, leader: Metric) -> None:
+        """Read ``leader``'s states and update count (a follower in a collection's compute group)."""
+        self._set_states(leader.metric_state)
+        self._update_count = leader._update_count  # (a tensor when compiled: no guard, no break)
+        self._computed = None
+
+    def _same_update(self, other: Metric) -> bool:
+        """Whether ``other`` has this metric's states and ``update``, so that one can stand for both."""
+        return other._reductions == self._reductions and type(other)._raw_update is type(self)._raw_update
+
+    def _filter_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments ``update`` accepts (all of them when it takes ``**kwargs``)."""
+        params = inspect.signature(self.update).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return kwargs
+        return {k: v for k, v in kwargs.items() if k in params}
 
     def __setattr__(self, name: str, value: Any) -> None:
         # ``self.total = self.total + x`` in every update: skip nn.Module's parameter/buffer/module checks for
@@ -445,14 +457,14 @@ class Metric(nn.Module):
         self._computed = None
         self._add_count(1)  # not `+= 1`: under torch.compile, see _add_count
         try:
-            with self._lifecycle(), torch.no_grad():  # accumulated states never hold a graph (nor a view of one)
-                raw(self, *_detach(args), **_detach(kwargs))
+            with torch.no_grad():  # accumulated states never hold a graph (nor a view of one)
+                self._run(raw, *detach(args), **detach(kwargs))
         except BaseException:
             self._restore(snapshot)
             raise
         for name, before in snapshot[0].items():  # a float64 input must not promote a float32 accumulator
             after = getattr(self, name)
-            if _promoted(before, after):
+            if promoted(before, after):
                 setattr(self, name, after.to(before.dtype))
         if self.compute_on_cpu:
             self._move_list_states(torch.device("cpu"))
@@ -461,7 +473,7 @@ class Metric(nn.Module):
     def _compute_template(self, raw: Callable) -> Any:
         if self._in_lifecycle:
             return raw(self)
-        if compiling() and self.sync_on_compute and self._distributed_available():
+        if compiling() and self._syncs_on_compute():
             return _eager_compute(self, raw)  # the sync runs inside a context manager: one graph break around it all
         if not compiling() and self._update_count == 0:  # (traced: the count is a tensor; no data-dependent branch)
             warnings.warn(
@@ -473,10 +485,10 @@ class Metric(nn.Module):
             return self._computed
         external = self._synced_cache is not None  # a MetricCollection synced every member at once
         should_sync = self.sync_on_compute and not external
-        with self.sync_context(should_sync=should_sync, should_unsync=should_sync), self._lifecycle(), torch.no_grad():
-            value = _detach(raw(self))
+        with self.sync_context(should_sync=should_sync, should_unsync=should_sync), torch.no_grad():
+            value = detach(self._run(raw))
             # a value that is a state (``return self.total``) would change with the next in-place update
-            value = _unaliased(value, self.metric_state)
+            value = unaliased(value, self.metric_state)
         if self.compute_with_cache:
             self._computed = value
         return value
@@ -486,6 +498,21 @@ class Metric(nn.Module):
         if not self.compute_with_cache or self._computed is None:
             return False
         return not (self.sync_on_compute and self._defaults and self._distributed_available())
+
+    def _syncs_on_compute(self) -> bool:
+        """Whether :meth:`compute` syncs across ranks (then, under ``torch.compile``, it runs eagerly)."""
+        return self.sync_on_compute and self._distributed_available()
+
+    def _joins_compute_sync(self) -> bool:
+        """Whether :meth:`compute` would sync through the engine now, so a collection may sync it with others."""
+        return (
+            self.sync_on_compute
+            and self._synced_cache is None
+            and not self._cache_usable()
+            and self.dist_sync_fn is None
+            and bool(self._defaults)
+            and self._distributed_available()
+        )
 
     def _distributed_available(self, group: Group = None, fn: Callable[[], bool] | None = None) -> bool:
         """Whether a sync has anything to do: ``distributed_available_fn`` (if any) agrees and the group has peers."""
@@ -500,8 +527,15 @@ class Metric(nn.Module):
             "unsync(). Call unsync() first (or leave the sync_context block)."
         )
 
-    def _lifecycle(self) -> _Lifecycle:
-        return _Lifecycle(self)
+    def _run(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``fn(self, ...)`` inside the metric's own lifecycle, where a subclass's ``super().update()`` (or
+        ``compute()``) runs plainly instead of starting a lifecycle of its own."""
+        state = self.__dict__
+        previous, state["_in_lifecycle"] = state["_in_lifecycle"], True
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            state["_in_lifecycle"] = previous
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Update with a batch and return the metric of that batch (of the global batch when syncing).
@@ -509,45 +543,93 @@ class Metric(nn.Module):
         With ``dist_sync_on_step=True`` the value is identical on every rank and, after ``backward`` and the
         trainer's gradient averaging, every parameter gradient equals the single-device one.
         """
-        if self._synced_cache is not None:
-            raise self._synced_error("forward")
         if compiling() and self._syncs_on_step_eagerly():
             return _eager_forward(self, *args, **kwargs)
-        accumulated = self._begin_batch(args, kwargs)
-        batch = self.metric_state
+        step = self._begin_batch()
         try:
+            self._update_batch(step, args, kwargs)
             if self.dist_sync_on_step and self._distributed_available():
-                self._set_states(self._sync_values(batch, grad="local"))
+                self._sync_batch(step)
             value = self._batch_value()
         except BaseException:
-            self._abort_batch(accumulated)
+            self._abort_batch(step)
             raise
-        self._end_batch(accumulated, batch, args, kwargs)
-        self._forward_cache = _detach(value)
-        return value
+        return self._finish_batch(step, value)
 
-    # forward in three steps, so that a MetricCollection can sync all its members between them
-    def _begin_batch(self, args: tuple, kwargs: dict, fail_with_peers: bool = True) -> dict[str, Any]:
-        """Swap in fresh states and fold the batch into them (with the caller's autograd mode).
+    # ------------------------------------------------------- the batch-step protocol (see the class docstring)
+    def _begin_batch(self) -> BatchStep:
+        """Refuse a synced metric, count the update and swap in fresh batch states.
+
+        Raises:
+            TorchMetricsUserError: the metric is synced (its batch would be lost at ``unsync``).
+        """
+        state = self.__dict__
+        if state["_synced_cache"] is not None:
+            raise self._synced_error("forward")
+        step = BatchStep({name: state[name] for name in self._defaults}, state["_computed"])
+        state["_computed"] = None
+        self._add_count(1)  # not `+= 1`: under torch.compile, see _add_count
+        state.update({n: d.clone() if isinstance(d, torch.Tensor) else [] for n, d in self._defaults.items()})
+        return step
+
+    def _update_batch(self, step: BatchStep, args: tuple, kwargs: dict[str, Any], announce: bool = True) -> None:
+        """Fold the batch into the batch states with the caller's autograd mode (``update``).
 
         If ``update`` raises while the other ranks are about to sync, the error is announced to them through the
-        sync's first round (``fail_with_peers``), so every rank raises instead of waiting.
+        sync's first round (``announce``; a collection announces once for all its members), so every rank raises
+        instead of waiting. The caller aborts the step.
         """
-        self._computed = None
-        self._add_count(1)  # not `+= 1`: under torch.compile, see _add_count
-        accumulated = self.metric_state
-        self._set_states({n: self._fresh(d) for n, d in self._defaults.items()})
+        step.args, step.kwargs = args, kwargs
         try:
-            with self._lifecycle():
-                type(self)._raw_update(self, *args, **kwargs)
+            self._run(type(self)._raw_update, *args, **kwargs)
         except Exception as err:
-            self._abort_batch(accumulated)
-            if fail_with_peers and self._syncs_on_step():
+            if announce and self._syncs_on_step():
                 fail_sync(
                     err, self.process_group, plan=self._plan("local"), owner=type(self).__name__, device=self.device
                 )
             raise
-        return accumulated
+        state = self.__dict__
+        step.batch = {name: state[name] for name in self._defaults}
+
+    def _sync_batch(self, step: BatchStep, synced: dict[str, Any] | None = None) -> None:
+        """Replace the batch states by their values over every rank, differentiably (``grad="local"``).
+
+        Args:
+            step: the step whose batch states to sync.
+            synced: the synced states when the caller synced them with others' (a collection); ``None``: sync
+                them here.
+        """
+        self._set_states(synced if synced is not None else self._sync_values(step.batch, grad="local"))
+
+    def _batch_value(self) -> Any:
+        """The value of the states in place (``compute`` without sync or cache)."""
+        return self._run(type(self)._raw_compute)
+
+    def _finish_batch(self, step: BatchStep, value: Any) -> Any:
+        """Fold the detached batch states into the accumulated ones; keep the detached value; return ``value``."""
+        if self._merged_by_reduction:
+            # the count only weighs `mean` states: reading it in traced code would guard on the eager count
+            count = self._update_count if self._weighs_count else 1
+            batch = step.batch if step.batch is not None else self.metric_state
+            # (a batch state without a graph merges as it is: the merge makes new tensors or extends a list)
+            batch = {
+                n: v if isinstance(v, torch.Tensor) and not v.requires_grad else detach(v) for n, v in batch.items()
+            }
+            self._set_states(self._merged(step.accumulated, batch, count))
+        else:  # no known reduction to merge by: replay ``update`` on the accumulated states
+            self._set_states(step.accumulated)
+            with torch.no_grad():
+                self._run(type(self)._raw_update, *detach(step.args), **detach(step.kwargs))
+        if self.compute_on_cpu:
+            self._move_list_states(_CPU)
+        self.__dict__["_forward_cache"] = detach(value)
+        return value
+
+    def _abort_batch(self, step: BatchStep) -> None:
+        """Undo :meth:`_begin_batch` and whatever came after it: the accumulated states, count and cache return."""
+        self._set_states(step.accumulated)
+        self._add_count(-1)
+        self.__dict__["_computed"] = step.computed
 
     def _syncs_on_step_eagerly(self) -> bool:
         """Whether ``forward`` syncs across ranks: then, under ``torch.compile``, the whole ``forward`` runs eagerly
@@ -558,55 +640,14 @@ class Metric(nn.Module):
         """Whether ``forward`` syncs through the engine (so peers wait in its first round)."""
         return self.dist_sync_on_step and self.dist_sync_fn is None and self._distributed_available()
 
-    def _abort_batch(self, accumulated: dict[str, Any]) -> None:
-        self._set_states(accumulated)
-        self._add_count(-1)
-
-    def _batch_value(self) -> Any:
-        with self._lifecycle():
-            return type(self)._raw_compute(self)
-
-    def _end_batch(self, accumulated: dict[str, Any], batch: dict[str, Any], args: tuple, kwargs: dict) -> None:
-        """Fold the detached batch states into the accumulated ones."""
-        if self._needs_second_update():
-            self._set_states(accumulated)
-            with self._lifecycle(), torch.no_grad():
-                type(self)._raw_update(self, *_detach(args), **_detach(kwargs))
-        else:
-            # the count only weighs `mean` states: reading it in traced code would guard on the eager count
-            count = self._update_count if "mean" in self._reductions.values() else 1
-            self._set_states(self._merged(accumulated, _detach(batch), count))
-        if self.compute_on_cpu:
-            self._move_list_states(torch.device("cpu"))
-
-    def _needs_second_update(self) -> bool:
-        """Merging batch states needs a known reduction; otherwise replay ``update`` on the accumulated ones."""
-        return bool(self.full_state_update) or any(not isinstance(fx, str) for fx in self._reductions.values())
-
     def _merged(self, acc: dict[str, Any], new: dict[str, Any], count: float) -> dict[str, Any]:
         """Fold states ``new`` (detached) into ``acc``; a ``mean`` state moves ``1/count`` of the way to new."""
         out = {}
         for name, fx in self._reductions.items():
-            a, b = acc[name], new[name]
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and b.dtype != a.dtype:
-                b = b.to(a.dtype)  # a float64 batch folds into float32 accumulators without changing their dtype
-            if isinstance(a, list):  # in place: a step costs the same after 10,000 steps as after one
-                a.extend(b if isinstance(b, list) else [b])
-                out[name] = a
-            elif fx == "sum":
-                out[name] = a + b
-            elif fx == "mean":
-                out[name] = a + (b - a) / count
-            elif fx == "max":
-                out[name] = torch.maximum(a, b)
-            elif fx == "min":
-                out[name] = torch.minimum(a, b)
-            elif fx == "cat":
-                out[name] = torch.cat([a.reshape(1) if a.ndim == 0 else a, b.reshape(1) if b.ndim == 0 else b])
-            elif callable(fx):
-                out[name] = fx(torch.stack([a, b]))
-            else:
+            a = acc[name]
+            if fx is None and not isinstance(a, list):
                 raise RuntimeError(f"{type(self).__name__}: state {name!r} with dist_reduce_fx=None cannot be merged")
+            out[name] = _merge_pair(fx, a, new[name], count)
         return out
 
     def merge_state(self, incoming_state: dict[str, Any] | Metric) -> None:
@@ -643,7 +684,7 @@ class Metric(nn.Module):
         # `mean` states average with weights update_count : other_count (see _merged's running mean); a metric
         # that never updated brings nothing
         if other_count:
-            self._set_states(self._merged(self.metric_state, _detach(dict(incoming_state)), total / other_count))
+            self._set_states(self._merged(self.metric_state, detach(dict(incoming_state)), total / other_count))
         self._update_count = total
         self._computed = None
 
@@ -662,38 +703,37 @@ class Metric(nn.Module):
         self._synced_cache = None
 
     # -------------------------------------------------------------------- sync
+    def _sync_spec(self) -> SyncSpec:
+        """What the sync needs to know about this metric (its reductions, list states, device, ...)."""
+        return SyncSpec(
+            owner=type(self).__name__,
+            reductions=self._reductions,
+            list_states=self._list_states,
+            callable_lists=self._callable_lists,
+            grad_reduction=self.grad_reduction,
+            device=self._device,
+        )
+
     def _sync_values(self, states: dict[str, Any], grad: str) -> dict[str, Any]:
         """Synced copies of ``states`` (list states become a one-element list holding the concatenation)."""
         if self.dist_sync_fn is not None:
-            if grad == "local":
-                return self._sync_with_fn(_scaled(self, states, self.process_group))
-            with torch.no_grad():
-                return self._sync_with_fn(states)
-        return sync_metrics({"": self}, {"": states}, self.process_group, self._plan(grad), grad)[""]
+            return gather_each(self._sync_spec(), states, self.dist_sync_fn, self.process_group, grad)
+        return sync_metrics({"": self._sync_spec()}, {"": states}, self.process_group, self._plan(grad), grad)[""]
 
     def _plan(self, grad: str) -> SyncPlan:
         """Step syncs (batch states, input dtype) and epoch syncs (accumulators) keep separate agreed plans."""
         return self._sync_plans["step" if grad == "local" else "epoch"]
 
-    def _sync_with_fn(self, states: dict[str, Any]) -> dict[str, Any]:
-        """The slow path for a user-provided gather: one call per state, reductions applied locally."""
-        out = {}
-        for name, value in states.items():
-            fx = self._reductions[name]
-            if isinstance(value, list):
-                value = dim_zero_cat(value) if value else torch.zeros(0, device=self._device)
-            pieces = self.dist_sync_fn(value, group=self.process_group)
-            if name in self._callable_lists:  # a list state's callable gets every rank's rows, one tensor each
-                out[name] = [fx(list(pieces))]
-                continue
-            if fx == "cat" or isinstance(self._defaults[name], list):
-                cat = torch.cat([p.reshape(-1, *p.shape[1:]) if p.ndim else p.reshape(1) for p in pieces])
-                out[name] = [cat] if isinstance(self._defaults[name], list) else cat
-                continue
-            stacked = torch.stack(pieces)
-            reducers = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}
-            out[name] = reducers[fx](stacked, 0) if isinstance(fx, str) else stacked if fx is None else fx(stacked)
-        return out
+    @property
+    def _is_synced(self) -> bool:
+        """Whether the synced states are in place (between :meth:`sync` and :meth:`unsync`)."""
+        return self._synced_cache is not None
+
+    def _hold_synced(self, local: dict[str, Any], synced: dict[str, Any]) -> None:
+        """Put the ``synced`` states in place and keep the ``local`` ones for :meth:`unsync` (what :meth:`sync`
+        does after syncing; a collection syncs every member in one call, then hands each its states here)."""
+        self._synced_cache = local
+        self._set_states(synced)
 
     def sync(
         self,
@@ -733,8 +773,7 @@ class Metric(nn.Module):
         finally:
             if overrides:
                 self.dist_sync_fn, self.process_group = saved_fn, saved_group
-        self._synced_cache = local
-        self._set_states(synced)
+        self._hold_synced(local, synced)
 
     def unsync(self, should_unsync: bool = True) -> None:
         """Restore the local states saved by :meth:`sync`.
@@ -793,7 +832,7 @@ class Metric(nn.Module):
         for name, keep in self._persistent.items():
             if keep:
                 value = getattr(self, name)
-                destination[prefix + name] = _detach(value) if not keep_vars else value
+                destination[prefix + name] = detach(value) if not keep_vars else value
                 if isinstance(value, list):
                     destination[prefix + name] = list(destination[prefix + name])
 
@@ -856,7 +895,7 @@ class Metric(nn.Module):
         self._set_states({n: move(v) for n, v in self.metric_state.items()})
         self._defaults = {n: move(v) for n, v in self._defaults.items()}
         if self._computed is not None:
-            self._computed = _detach(self._computed)
+            self._computed = detach(self._computed)
             self._computed = move(self._computed) if isinstance(self._computed, (torch.Tensor, list)) else None
         return self
 
@@ -936,20 +975,6 @@ class Metric(nn.Module):
                 break
         return out
 
-    def __getitem__(self, idx: Any) -> Metric:
-        """``metric[idx]``: a :class:`~torchmetrics_diff.CompositionalMetric` whose value is ``value[idx]``.
-
-        Example:
-            >>> import torch
-            >>> from torchmetrics_diff import CatMetric
-            >>> first = CatMetric()[0]
-            >>> first(torch.tensor([5.0, 6.0]))
-            tensor(5.)
-        """
-        from torchmetrics_diff.composition import CompositionalMetric
-
-        return CompositionalMetric(operator.itemgetter(idx), self, None)
-
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
         """Plot a value of the metric, or a sequence of values (one per step or epoch), with matplotlib.
 
@@ -988,10 +1013,6 @@ class Metric(nn.Module):
     def __iter__(self) -> Iterator:
         raise TypeError(f"{type(self).__name__} is not iterable")
 
-    def __pos__(self) -> Metric:
-        """``+metric`` is the metric itself (torchmetrics returns ``abs(metric)``)."""
-        return self
-
 
 def _differs(value: Any, default: Any) -> bool:
     if value is default:
@@ -1000,172 +1021,6 @@ def _differs(value: Any, default: Any) -> bool:
         return bool(value != default)
     except Exception:  # tensors of several elements, objects without a usable comparison
         return True
-
-
-def _scaled(metric: Metric, states: dict[str, Any], group: Group) -> dict[str, Any]:
-    """``states`` whose gradient is multiplied by the group size under ``grad_reduction="mean"``."""
-    scale = group_size(group) if metric.grad_reduction == "mean" else 1
-    if scale == 1 or not torch.is_grad_enabled():
-        return states
-    return {n: scale_state_grad(v, scale) for n, v in states.items()}
-
-
-def sync_metrics(
-    metrics: dict[str, Metric], states: dict[str, dict[str, Any]], group: Group, plan: SyncPlan, grad: str
-) -> dict[str, dict[str, Any]]:
-    """Sync the states of several metrics in one engine call (the same buckets); returns them per metric.
-
-    Args:
-        metrics: key -> metric; a key prefixes that metric's state names in error messages ("" for none).
-        states: key -> that metric's states to sync.
-        group: the process group.
-        plan: the caller's :class:`~torchmetrics_diff.distributed._sync.SyncPlan`.
-        grad: ``"none"`` or ``"local"`` (each metric's ``grad_reduction`` scales its local gradient).
-    """
-
-    if any(m._callable_lists for m in metrics.values()):
-        return _sync_callable_lists(metrics, states, group, plan, grad)
-    if len(metrics) == 1 and "" in metrics:  # one metric under its own names (Metric.sync, forward): no renaming
-        metric, own = metrics[""], states[""]
-        own = _scaled(metric, own, group) if grad == "local" else own
-        every = metric._reductions  # states in add_state order, as metric_state and the batch states are
-        reductions = every if len(own) == len(every) else {name: every[name] for name in own}
-        synced = sync_states(
-            own, reductions, group, plan=plan, grad=grad, owner=_owner(metric), device=metric.device
-        )
-        return {"": _as_lists(metric, synced)}
-    names = {key: {name: f"{key}.{name}" if key else name for name in states[key]} for key in metrics}
-    owned = {key: _scaled(m, states[key], group) if grad == "local" else states[key] for key, m in metrics.items()}
-    flat = {names[key][name]: value for key, own in owned.items() for name, value in own.items()}
-    reductions = {names[key][name]: metrics[key]._reductions[name] for key, own in owned.items() for name in own}
-    first = next(iter(metrics.values()))
-    owner = _owner(first) if len(metrics) == 1 else "MetricCollection"
-    synced = sync_states(flat, reductions, group, plan=plan, grad=grad, owner=owner, device=first.device)
-    return {
-        key: _as_lists(metric, {name: synced[flat_name] for name, flat_name in names[key].items()})
-        for key, metric in metrics.items()
-    }
-
-
-def _owner(metric: Any) -> str:
-    """The class name that error messages give for ``metric`` (the metric behind a :class:`_ListProxy`)."""
-    return type(getattr(metric, "_metric", metric)).__name__
-
-
-_ROWS = ":rows"  # suffix of the row-count companion of a list state with a callable reduction
-
-
-def _rows_of(value: list) -> int:
-    return sum(1 if t.ndim == 0 else t.shape[0] for t in value)
-
-
-def _sync_callable_lists(
-    metrics: dict[str, Metric], states: dict[str, dict[str, Any]], group: Group, plan: SyncPlan, grad: str
-) -> dict[str, dict[str, Any]]:
-    """:func:`sync_metrics` for metrics with list states whose reduction is a callable.
-
-    torchmetrics hands such a callable the list of every rank's rows (one tensor per rank), so
-    ``dist_reduce_fx=torch.cat`` works. Those states travel as ``cat`` states with a companion ``cat`` state of
-    their row count (in the same collective), and are split by rank before the callable runs.
-    """
-    proxies: dict[str, Metric] = {}
-    sent: dict[str, dict[str, Any]] = {}
-    for key, metric in metrics.items():
-        own = dict(states[key])
-        if metric._callable_lists:
-            proxy = _ListProxy(metric)
-            for name in metric._callable_lists:
-                if name in own:
-                    own[name + _ROWS] = torch.tensor([_rows_of(own[name])], dtype=torch.int64, device=metric.device)
-            proxies[key] = proxy
-        else:
-            proxies[key] = metric
-        sent[key] = own
-    synced = sync_metrics(proxies, sent, group, plan, grad)
-    for key, metric in metrics.items():
-        values = synced[key]
-        for name in metric._callable_lists:
-            if name not in values:
-                continue
-            counts = values.pop(name + _ROWS)
-            rows = values[name]
-            if isinstance(rows, list):
-                if not rows:  # empty on every rank: nothing to reduce, as torchmetrics leaves it
-                    continue
-                rows = rows[0]
-            values[name] = [metric._reductions[name](list(torch.split(rows, counts.tolist())))]
-    return synced
-
-
-class _ListProxy:
-    """Stands in for a metric in :func:`sync_metrics`: callable list reductions read as ``cat``, plus row counts."""
-
-    _callable_lists: tuple[str, ...] = ()
-
-    def __init__(self, metric: Metric) -> None:
-        self._metric = metric
-        reductions = dict(metric._reductions)
-        for name in metric._callable_lists:
-            reductions[name] = "cat"
-            reductions[name + _ROWS] = "cat"
-        self._reductions = reductions
-        self._list_states = metric._list_states
-        self.grad_reduction = metric.grad_reduction
-        self.device = metric.device
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._metric, name)
-
-
-def _as_lists(metric: Metric, values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` with each list state's synced concatenation wrapped in a one-element list, as metrics hold it."""
-    for name in metric._list_states:
-        value = values.get(name)
-        if isinstance(value, torch.Tensor):
-            values[name] = [value]
-    return values
-
-
-def _operator(fn: Callable, reflected: bool = False) -> Callable:
-    def method(self: Metric, other: Any = None) -> Metric:
-        from torchmetrics_diff.composition import CompositionalMetric
-
-        return CompositionalMetric(fn, other, self) if reflected else CompositionalMetric(fn, self, other)
-
-    method.__name__ = getattr(fn, "__name__", "op")
-    return method
-
-
-def _unary(fn: Callable) -> Callable:
-    def method(self: Metric) -> Metric:
-        from torchmetrics_diff.composition import CompositionalMetric
-
-        return CompositionalMetric(fn, self, None)
-
-    return method
-
-
-_BINARY = {
-    "add": operator.add,
-    "sub": operator.sub,
-    "mul": operator.mul,
-    "truediv": operator.truediv,
-    "floordiv": operator.floordiv,
-    "mod": operator.mod,
-    "pow": operator.pow,
-    "matmul": operator.matmul,
-    "and": operator.and_,
-    "or": operator.or_,
-    "xor": operator.xor,
-}
-_COMPARE = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
-for _name, _fn in _BINARY.items():
-    setattr(Metric, f"__{_name}__", _operator(_fn))
-    setattr(Metric, f"__r{_name}__", _operator(_fn, reflected=True))
-for _name, _fn in _COMPARE.items():
-    setattr(Metric, f"__{_name}__", _operator(_fn))
-for _name, _fn in {"neg": torch.neg, "abs": torch.abs, "invert": torch.bitwise_not}.items():
-    setattr(Metric, f"__{_name}__", _unary(_fn))
 
 
 # Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each

@@ -20,9 +20,9 @@ from typing import Any
 import torchmetrics  # noqa: F401  (the registration needs it imported)
 
 from torchmetrics_diff.collections import MetricCollection
-from torchmetrics_diff.metric import Metric, _register_with_torchmetrics
+from torchmetrics_diff.metric import Metric, register_with_torchmetrics
 
-if not _register_with_torchmetrics():  # pragma: no cover - torchmetrics without an ABC Metric
+if not register_with_torchmetrics():  # pragma: no cover - torchmetrics without an ABC Metric
     raise ImportError("torchmetrics_diff.integrations.lightning: torchmetrics.Metric cannot register subclasses")
 
 

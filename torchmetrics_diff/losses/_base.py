@@ -93,16 +93,20 @@ class GlobalBatchLoss(Metric):
             check_consistent(owner, inputs, self._same_dtype)
 
     def _step(self, **inputs: Any) -> Tensor:
-        """``forward``'s body: the loss of this call's global batch, differentiable, then recorded."""
-        if self._synced_cache is not None:
+        """``forward``'s body: the loss of this call's global batch, differentiable, then recorded.
+
+        It runs :class:`~torchmetrics_diff.Metric`'s batch-step protocol with the loss in place of ``update`` and
+        the batch value. The loss syncs what it needs itself, so the batch states are only the record, and the
+        step begins once the value is there: a call that fails (here or on a peer) leaves nothing to undo, and
+        no collective runs inside a ``try`` (under ``torch.compile`` a graph break there splits the frame).
+        """
+        if self._is_synced:
             raise self._synced_error("forward")
         self._checked(inputs)
         value = self._loss(**inputs, sync=self.dist_sync_on_step)
-        self._computed = None
-        self._add_count(1)  # not `+= 1`: an int counted in compiled code is a guard that fails every step
+        step = self._begin_batch()
         self._record(value)
-        self._forward_cache = value.detach()
-        return value
+        return self._finish_batch(step, value)
 
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
         """The loss of this call's global batch, differentiable; also recorded for :meth:`compute`.

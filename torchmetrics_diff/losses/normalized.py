@@ -40,7 +40,8 @@ class GlobalMeanLoss(Metric):
 
     Call it as ``loss(values, weight=None, mask=None)`` with per-element losses (e.g.
     ``F.cross_entropy(..., reduction="none")``), optional weights and/or a bool mask. The returned value is
-    identical on every rank and its gradient is the one-big-device gradient (DESIGN §1). :meth:`compute`
+    identical on every rank and its gradient is the one-big-device gradient
+    (:ref:`architecture-gradient-contract`). :meth:`compute`
     returns the weighted mean over every element seen since the last reset, over every rank.
 
     Args:
@@ -151,37 +152,41 @@ class GlobalMeanLoss(Metric):
         check_consistent(type(self).__name__, inputs, self._same_dtype)
 
     def _step(self, **inputs: Any) -> Tensor:
-        if self._synced_cache is not None:
+        """``forward``'s body, in :class:`~torchmetrics_diff.Metric`'s batch-step protocol: the block's sum and
+        weight are the batch states, the globally normalized value is the batch value. As in
+        ``GlobalBatchLoss._step``, the step begins once every rank has the value."""
+        if self._is_synced:
             raise self._synced_error("forward")
-        if self.dist_sync_on_step and self._distributed_available():  # a bad input on one rank raises on all
-            first = next(iter(inputs.values()))
-            with checked_together(self.process_group, first):
-                self._check_inputs(inputs)
-                loss_sum, count = self._block(**inputs)
-        else:
-            self._check_inputs(inputs)
-            loss_sum, count = self._block(**inputs)
+        loss_sum, count = self._checked_block(inputs)
         total = None if self._accumulation is None else self._accumulation[0]
         if self.dist_sync_on_step:
             value = global_normalized(loss_sum, count, total, self.process_group, self.grad_reduction)
         else:
             denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype)
             value = safe_divide(loss_sum, denominator)
-        # only now, when every rank has the value: a call that failed on a peer leaves no trace here
-        self._computed = None
-        self._add_count(1)  # not `+= 1`: an int counted in compiled code is a guard that fails every step
-        self.loss_sum = self.loss_sum + loss_sum.detach().to(torch.float64)
-        self.weight = self.weight + count.detach().to(torch.float64)
+        step = self._begin_batch()
+        self._add_block(loss_sum.detach(), count.detach())
         if self._accumulation is not None:
             self._accumulation[2] += float(count)
-        self._forward_cache = value.detach()
-        return value
+        return self._finish_batch(step, value)
+
+    def _checked_block(self, inputs: dict[str, Any]) -> tuple[Tensor, Tensor]:
+        """The block's weighted sum and weight; under sync a bad input on one rank raises on every rank."""
+        if self.dist_sync_on_step and self._distributed_available():
+            first = next(iter(inputs.values()))
+            with checked_together(self.process_group, first):
+                self._check_inputs(inputs)
+                return self._block(**inputs)
+        self._check_inputs(inputs)
+        return self._block(**inputs)
+
+    def _add_block(self, loss_sum: Tensor, count: Tensor) -> None:
+        self.loss_sum = self.loss_sum + loss_sum.to(torch.float64)
+        self.weight = self.weight + count.to(torch.float64)
 
     def _update_from(self, **inputs: Any) -> None:
         self._check_inputs(inputs)
-        loss_sum, count = self._block(**inputs)
-        self.loss_sum = self.loss_sum + loss_sum.to(torch.float64)
-        self.weight = self.weight + count.to(torch.float64)
+        self._add_block(*self._block(**inputs))
 
     def compute(self) -> Tensor:
         """The weighted mean over everything seen (every rank when ``sync_on_compute``)."""

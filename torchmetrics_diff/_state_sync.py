@@ -1,0 +1,183 @@
+"""Syncing the states of one or several metrics: what a metric hands the sync engine, and what comes back.
+
+The engine (:func:`~torchmetrics_diff.distributed._sync.sync_states`) knows tensors, not metrics. This module
+sits between: a metric describes itself as a :class:`SyncSpec` (plain data), :func:`sync_metrics` syncs the
+states of any number of such metrics in one engine call (the same buckets, so a ``MetricCollection`` costs what
+one metric with all those states costs), and :func:`gather_each` is the slow path for a user-provided gather.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+import torch
+
+from torchmetrics_diff.distributed._backend import Group, group_size
+from torchmetrics_diff.distributed._sync import SyncPlan, scale_state_grad, sync_states
+
+Reduction = Union[str, Callable, None]
+
+_ROWS = ":rows"  # suffix of the row-count companion of a list state with a callable reduction
+_REDUCERS = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}
+
+
+@dataclass(frozen=True)
+class SyncSpec:
+    """What the sync needs to know about one metric.
+
+    Attributes:
+        owner: the metric's class name, for error messages.
+        reductions: every state's ``dist_reduce_fx``, in registration order.
+        list_states: the names of the list states.
+        callable_lists: the list states whose reduction is a callable (it receives every rank's rows).
+        grad_reduction: ``"mean"`` scales the local gradient by the group size, ``"sum"`` leaves it.
+        device: the device of the metric's states.
+    """
+
+    owner: str
+    reductions: dict[str, Reduction]
+    list_states: tuple[str, ...]
+    callable_lists: tuple[str, ...]
+    grad_reduction: str
+    device: torch.device
+
+
+def scaled(spec: SyncSpec, states: dict[str, Any], group: Group) -> dict[str, Any]:
+    """``states`` whose gradient is multiplied by the group size under ``grad_reduction="mean"``."""
+    scale = group_size(group) if spec.grad_reduction == "mean" else 1
+    if scale == 1 or not torch.is_grad_enabled():
+        return states
+    return {n: scale_state_grad(v, scale) for n, v in states.items()}
+
+
+def sync_metrics(
+    specs: dict[str, SyncSpec], states: dict[str, dict[str, Any]], group: Group, plan: SyncPlan, grad: str
+) -> dict[str, dict[str, Any]]:
+    """Sync the states of several metrics in one engine call (the same buckets); returns them per metric.
+
+    Args:
+        specs: key -> that metric's :class:`SyncSpec`; a key prefixes the metric's state names in error messages
+            ("" for none).
+        states: key -> that metric's states to sync.
+        group: the process group.
+        plan: the caller's :class:`~torchmetrics_diff.distributed._sync.SyncPlan`.
+        grad: ``"none"`` or ``"local"`` (each metric's ``grad_reduction`` scales its local gradient).
+
+    Returns:
+        key -> the synced states; a list state comes back as a one-element list holding every rank's rows.
+    """
+    if any(spec.callable_lists for spec in specs.values()):
+        return _sync_callable_lists(specs, states, group, plan, grad)
+    if len(specs) == 1 and "" in specs:  # one metric under its own names (Metric.sync, forward): no renaming
+        spec, own = specs[""], states[""]
+        own = scaled(spec, own, group) if grad == "local" else own
+        every = spec.reductions  # states in add_state order, as metric_state and the batch states are
+        reductions = every if len(own) == len(every) else {name: every[name] for name in own}
+        synced = sync_states(own, reductions, group, plan=plan, grad=grad, owner=spec.owner, device=spec.device)
+        return {"": _as_lists(spec, synced)}
+    names = {key: {name: f"{key}.{name}" if key else name for name in states[key]} for key in specs}
+    owned = {key: scaled(s, states[key], group) if grad == "local" else states[key] for key, s in specs.items()}
+    flat = {names[key][name]: value for key, own in owned.items() for name, value in own.items()}
+    reductions = {names[key][name]: specs[key].reductions[name] for key, own in owned.items() for name in own}
+    first = next(iter(specs.values()))
+    owner = first.owner if len(specs) == 1 else "MetricCollection"
+    synced = sync_states(flat, reductions, group, plan=plan, grad=grad, owner=owner, device=first.device)
+    return {
+        key: _as_lists(spec, {name: synced[flat_name] for name, flat_name in names[key].items()})
+        for key, spec in specs.items()
+    }
+
+
+def _rows_of(value: list) -> int:
+    return sum(1 if t.ndim == 0 else t.shape[0] for t in value)
+
+
+def _as_cat(spec: SyncSpec) -> SyncSpec:
+    """``spec`` with its callable list reductions read as ``cat``, each with a ``cat`` row-count companion."""
+    reductions = dict(spec.reductions)
+    for name in spec.callable_lists:
+        reductions[name] = "cat"
+        reductions[name + _ROWS] = "cat"
+    return dataclasses.replace(spec, reductions=reductions, callable_lists=())
+
+
+def _sync_callable_lists(
+    specs: dict[str, SyncSpec], states: dict[str, dict[str, Any]], group: Group, plan: SyncPlan, grad: str
+) -> dict[str, dict[str, Any]]:
+    """:func:`sync_metrics` for metrics with list states whose reduction is a callable.
+
+    torchmetrics hands such a callable the list of every rank's rows (one tensor per rank), so
+    ``dist_reduce_fx=torch.cat`` works. Those states travel as ``cat`` states with a companion ``cat`` state of
+    their row count (in the same collective), and are split by rank before the callable runs.
+    """
+    sent_specs: dict[str, SyncSpec] = {}
+    sent: dict[str, dict[str, Any]] = {}
+    for key, spec in specs.items():
+        own = dict(states[key])
+        for name in spec.callable_lists:
+            if name in own:
+                own[name + _ROWS] = torch.tensor([_rows_of(own[name])], dtype=torch.int64, device=spec.device)
+        sent_specs[key] = _as_cat(spec) if spec.callable_lists else spec
+        sent[key] = own
+    synced = sync_metrics(sent_specs, sent, group, plan, grad)
+    for key, spec in specs.items():
+        values = synced[key]
+        for name in spec.callable_lists:
+            if name not in values:
+                continue
+            counts = values.pop(name + _ROWS)
+            rows = values[name]
+            if isinstance(rows, list):
+                if not rows:  # empty on every rank: nothing to reduce, as torchmetrics leaves it
+                    continue
+                rows = rows[0]
+            values[name] = [spec.reductions[name](list(torch.split(rows, counts.tolist())))]
+    return synced
+
+
+def _as_lists(spec: SyncSpec, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with each list state's synced concatenation wrapped in a one-element list, as metrics hold it."""
+    for name in spec.list_states:
+        value = values.get(name)
+        if isinstance(value, torch.Tensor):
+            values[name] = [value]
+    return values
+
+
+def gather_each(spec: SyncSpec, states: dict[str, Any], gather: Callable, group: Group, grad: str) -> dict[str, Any]:
+    """The slow path for a user-provided ``gather(tensor, group=...)``: one call per state, reduced locally.
+
+    Args:
+        spec: the metric's :class:`SyncSpec`.
+        states: the states to sync.
+        gather: returns every rank's tensor, as ``torchmetrics.utilities.distributed.gather_all_tensors``.
+        group: the process group.
+        grad: ``"local"`` keeps the local gradient (scaled by ``grad_reduction``); ``"none"`` runs without grad.
+    """
+    if grad == "local":
+        return _gather_each(spec, scaled(spec, states, group), gather, group)
+    with torch.no_grad():
+        return _gather_each(spec, states, gather, group)
+
+
+def _gather_each(spec: SyncSpec, states: dict[str, Any], gather: Callable, group: Group) -> dict[str, Any]:
+    out = {}
+    for name, value in states.items():
+        fx = spec.reductions[name]
+        is_list = name in spec.list_states
+        if isinstance(value, list):
+            value = torch.cat([t.reshape(1) if t.ndim == 0 else t for t in value]) if value else None
+            value = value if value is not None else torch.zeros(0, device=spec.device)
+        pieces = gather(value, group=group)
+        if name in spec.callable_lists:  # a list state's callable gets every rank's rows, one tensor each
+            out[name] = [fx(list(pieces))]
+            continue
+        if fx == "cat" or is_list:
+            cat = torch.cat([p.reshape(-1, *p.shape[1:]) if p.ndim else p.reshape(1) for p in pieces])
+            out[name] = [cat] if is_list else cat
+            continue
+        stacked = torch.stack(pieces)
+        out[name] = _REDUCERS[fx](stacked, 0) if isinstance(fx, str) else stacked if fx is None else fx(stacked)
+    return out
