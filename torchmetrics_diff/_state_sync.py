@@ -15,12 +15,19 @@ from typing import Any, Callable, Union
 import torch
 
 from torchmetrics_diff.distributed._backend import Group, group_size
+from torchmetrics_diff.distributed._reductions import (
+    apply_stacked,
+    as_rows,
+    cat_rows,
+    is_cat,
+    is_elementwise,
+    reduce_rows,
+)
 from torchmetrics_diff.distributed._sync import SyncPlan, scale_state_grad, sync_states
 
 Reduction = Union[str, Callable, None]
 
 _ROWS = ":rows"  # suffix of the row-count companion of a list state with a callable reduction
-_REDUCERS = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}
 
 
 @dataclass(frozen=True)
@@ -168,16 +175,16 @@ def _gather_each(spec: SyncSpec, states: dict[str, Any], gather: Callable, group
         fx = spec.reductions[name]
         is_list = name in spec.list_states
         if isinstance(value, list):
-            value = torch.cat([t.reshape(1) if t.ndim == 0 else t for t in value]) if value else None
+            value = cat_rows(value)
             value = value if value is not None else torch.zeros(0, device=spec.device)
         pieces = gather(value, group=group)
         if name in spec.callable_lists:  # a list state's callable gets every rank's rows, one tensor each
             out[name] = [fx(list(pieces))]
             continue
-        if fx == "cat" or is_list:
-            cat = torch.cat([p.reshape(-1, *p.shape[1:]) if p.ndim else p.reshape(1) for p in pieces])
+        if is_cat(fx) or is_list:
+            cat = torch.cat([as_rows(p) for p in pieces])
             out[name] = [cat] if is_list else cat
             continue
         stacked = torch.stack(pieces)
-        out[name] = _REDUCERS[fx](stacked, 0) if isinstance(fx, str) else stacked if fx is None else fx(stacked)
+        out[name] = reduce_rows(fx, stacked) if is_elementwise(fx) else apply_stacked(fx, stacked)
     return out

@@ -32,10 +32,10 @@ from torchmetrics_diff._state_sync import SyncSpec, gather_each, sync_metrics
 from torchmetrics_diff._tensors import default_device, detach, promoted, unaliased
 from torchmetrics_diff.distributed._backend import Group, group_size
 from torchmetrics_diff.distributed._compile import compiling, outside_graph
-from torchmetrics_diff.distributed._sync import REDUCTIONS, SyncPlan, fail_sync
+from torchmetrics_diff.distributed._reductions import REDUCTIONS, as_rows, merge, valid
+from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync
 from torchmetrics_diff.exceptions import TorchMetricsUserError
 
-_REDUCTION_NAMES = (*REDUCTIONS,)
 _GRAD_REDUCTIONS = ("mean", "sum")
 _CPU = torch.device("cpu")
 
@@ -49,10 +49,10 @@ def dim_zero_cat(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
         tensor([1., 2., 3.])
     """
     if isinstance(x, torch.Tensor):
-        return x.reshape(1) if x.ndim == 0 else x
+        return as_rows(x)
     if not x:
         raise ValueError("No samples to concatenate: the list state is empty")
-    return torch.cat([t.reshape(1) if t.ndim == 0 else t for t in x])
+    return torch.cat([as_rows(t) for t in x])
 
 
 _BOOKKEEPING = frozenset(
@@ -116,27 +116,6 @@ class BatchStep:
         self.batch: dict[str, Any] | None = None
         self.args: tuple = ()
         self.kwargs: dict[str, Any] = {}
-
-
-def _merge_pair(fx: str | Callable, a: Any, b: Any, count: float) -> Any:
-    """State ``b`` (detached) folded into ``a`` by reduction ``fx``; a ``mean`` state moves ``1/count`` of the way
-    to ``b``. A list state is extended in place (a step costs the same after 10,000 steps as after one)."""
-    if isinstance(a, list):
-        a.extend(b if isinstance(b, list) else [b])
-        return a
-    if isinstance(b, torch.Tensor) and b.dtype != a.dtype:
-        b = b.to(a.dtype)  # a float64 batch folds into float32 accumulators without changing their dtype
-    if fx == "sum":
-        return a + b
-    if fx == "mean":
-        return a + (b - a) / count
-    if fx == "max":
-        return torch.maximum(a, b)
-    if fx == "min":
-        return torch.minimum(a, b)
-    if fx == "cat":
-        return torch.cat([a.reshape(1) if a.ndim == 0 else a, b.reshape(1) if b.ndim == 0 else b])
-    return fx(torch.stack([a, b]))
 
 
 class Metric(nn.Module):
@@ -322,9 +301,9 @@ class Metric(nn.Module):
             raise ValueError(f"`name` {name!r} is already an attribute of {type(self).__name__}; choose another")
         if not (isinstance(default, torch.Tensor) or (isinstance(default, list) and not default)):
             raise ValueError(f"`default` of state {name!r} must be a tensor or an empty list; got {default!r}")
-        if not (dist_reduce_fx is None or callable(dist_reduce_fx) or dist_reduce_fx in _REDUCTION_NAMES):
+        if not valid(dist_reduce_fx):
             raise ValueError(
-                f"`dist_reduce_fx` of state {name!r} must be one of {_REDUCTION_NAMES}, a callable or None; "
+                f"`dist_reduce_fx` of state {name!r} must be one of {REDUCTIONS}, a callable or None; "
                 f"got {dist_reduce_fx!r}"
             )
         if isinstance(default, torch.Tensor):
@@ -642,13 +621,8 @@ class Metric(nn.Module):
 
     def _merged(self, acc: dict[str, Any], new: dict[str, Any], count: float) -> dict[str, Any]:
         """Fold states ``new`` (detached) into ``acc``; a ``mean`` state moves ``1/count`` of the way to new."""
-        out = {}
-        for name, fx in self._reductions.items():
-            a = acc[name]
-            if fx is None and not isinstance(a, list):
-                raise RuntimeError(f"{type(self).__name__}: state {name!r} with dist_reduce_fx=None cannot be merged")
-            out[name] = _merge_pair(fx, a, new[name], count)
-        return out
+        owner = type(self).__name__
+        return {n: merge(fx, acc[n], new[n], count, owner=owner, name=n) for n, fx in self._reductions.items()}
 
     def merge_state(self, incoming_state: dict[str, Any] | Metric) -> None:
         """Merge the states of another metric (or a dict of states) of the same kind into this one.

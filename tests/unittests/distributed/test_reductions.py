@@ -6,6 +6,9 @@ engine (``distributed/_sync``) checked against it.
 - ``sync_states`` at world sizes 1, 2 and 3 with uneven rows (a rank with none included), on the general engine's
   first sync and on the steady path of the next ones, against :func:`reduce_ranks` of the per-rank values, which
   every rank rebuilds from seeds.
+- ``Metric`` asks the same module: ``merge_state``, ``forward``'s fold of a batch into the accumulated states, the
+  single-rank sync (no collective: the states are the result) and a custom ``dist_sync_fn`` all give what
+  :func:`merge` and :func:`reduce_ranks` give.
 - The signature rows the ranks exchange: a :class:`StateSignature` encodes to the same bytes (and hash) as the
   plain lists the engine sent before it was a ``NamedTuple``.
 """
@@ -13,7 +16,6 @@ engine (``distributed/_sync``) checked against it.
 from __future__ import annotations
 
 import json
-import zlib
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,8 @@ import pytest
 import torch
 
 from tests._helpers.harness import run_distributed
+from tests._helpers.seeds import generator
+from torchmetrics_diff import Metric
 from torchmetrics_diff.distributed import _reductions as R
 from torchmetrics_diff.distributed._sync import SyncPlan, sync_states
 from torchmetrics_diff.distributed._sync.plan import StateSignature, entries, signature_hash
@@ -31,7 +35,7 @@ ELEMENTWISE_NP = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
 
 
 def _gen(*parts: object) -> torch.Generator:
-    return torch.Generator().manual_seed(zlib.crc32("/".join(map(str, parts)).encode()))
+    return generator(*parts)
 
 
 # --------------------------------------------------------------------------------------------- names and rules
@@ -256,3 +260,106 @@ def _engine_body(rank: int, world: int) -> list[str]:
 def test_engine_agrees_with_the_row_reduce(world_size: int) -> None:
     failures = [f for per_rank in run_distributed(_engine_body, world_size, timeout=90) for f in per_rank]
     assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------------------------------------------- Metric asks the same rules
+
+
+class _EveryReduction(Metric):
+    """One tensor state per reduction name and a list state; ``update`` sets each to the batch's values."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        for fx in R.REDUCTIONS:
+            self.add_state(fx, torch.zeros(3, dtype=torch.float64), dist_reduce_fx=fx)
+        self.add_state("rows", [], dist_reduce_fx="cat")
+
+    def update(self, x: torch.Tensor) -> None:
+        self.sum = self.sum + x
+        self.max = torch.maximum(self.max, x)
+        self.min = torch.minimum(self.min, x)
+        self.mean = x.clone()
+        self.cat = x.clone()
+        self.rows.append(x.clone())
+
+    def compute(self) -> torch.Tensor:
+        return self.sum
+
+
+def _states(metric: Metric) -> dict[str, Any]:
+    return {n: list(v) if isinstance(v, list) else v.clone() for n, v in metric.metric_state.items()}
+
+
+def test_metric_merge_state_follows_merge() -> None:
+    a, b = _EveryReduction(), _EveryReduction()
+    xa, xb = (torch.randn(3, generator=_gen("merge_state", i), dtype=torch.float64) for i in range(2))
+    a.update(xa)
+    b.update(xb)
+    before_a, before_b = _states(a), _states(b)
+    a.merge_state(b)
+    # merge_state weighs a mean state by update counts: a has 1 update, b has 1, so count = 2 / 1
+    for name, fx in a._reductions.items():
+        want = R.merge(fx, before_a[name], before_b[name], 2.0)
+        got = getattr(a, name)
+        if isinstance(want, list):
+            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want)), name
+        else:
+            assert torch.equal(got, want), name
+
+
+def test_metric_forward_folds_a_batch_by_merge() -> None:
+    metric = _EveryReduction()
+    xs = [torch.randn(3, generator=_gen("forward", i), dtype=torch.float64) for i in range(3)]
+    metric(xs[0])
+    for step, x in enumerate(xs[1:], start=2):
+        before = _states(metric)
+        metric(x)
+        fresh = _EveryReduction()
+        fresh.update(x)
+        batch = _states(fresh)
+        for name, fx in metric._reductions.items():
+            want = R.merge(fx, before[name], batch[name], float(step))
+            got = getattr(metric, name)
+            if isinstance(want, list):
+                assert all(torch.equal(g, w) for g, w in zip(got, want)) and len(got) == len(want), name
+            else:
+                assert torch.equal(got, want), name
+
+
+def test_single_rank_sync_is_the_states_themselves() -> None:
+    """One rank (no process group): ``reduce_ranks`` of one value is that value for every named reduction, and
+    syncing changes nothing."""
+    metric = _EveryReduction()
+    metric.update(torch.randn(3, generator=_gen("single"), dtype=torch.float64))
+    before = _states(metric)
+    with metric.sync_context():
+        for name, fx in metric._reductions.items():
+            value = getattr(metric, name)
+            if isinstance(value, list):
+                assert all(torch.equal(g, w) for g, w in zip(value, before[name]))
+                continue
+            assert torch.equal(value, before[name]), name
+            assert torch.equal(R.reduce_ranks(fx, [before[name]]), before[name]), name
+
+
+def _fake_gather(world: int) -> Any:
+    """A ``dist_sync_fn`` that pretends ``world`` ranks: rank r holds the local value times (r + 1)."""
+
+    def gather(t: torch.Tensor, group: Any = None) -> list[torch.Tensor]:
+        return [t * (r + 1) for r in range(world)]
+
+    return gather
+
+
+def test_custom_dist_sync_fn_reduces_like_reduce_ranks() -> None:
+    world = 3
+    metric = _EveryReduction(dist_sync_fn=_fake_gather(world), distributed_available_fn=lambda: True)
+    metric.update(torch.randn(3, generator=_gen("custom"), dtype=torch.float64))
+    before = _states(metric)
+    # a custom gather runs only where a group of several ranks exists; call the metric's sync path directly
+    synced = metric._sync_values(metric.metric_state, grad="none")
+    for name, fx in metric._reductions.items():
+        local = torch.cat(before[name]) if isinstance(before[name], list) else before[name]
+        want = R.reduce_ranks(fx, [local * (r + 1) for r in range(world)])
+        got = synced[name][0] if isinstance(synced[name], list) else synced[name]
+        assert torch.allclose(got, want, rtol=0, atol=1e-15), name
