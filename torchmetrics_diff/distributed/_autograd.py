@@ -20,7 +20,7 @@ from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, all_reduce_, reduce_scatter_flat
 
 
-class _AllGatherFlat(torch.autograd.Function):
+class AllGatherFlat(torch.autograd.Function):
     """``(n,)`` on each rank -> ``(W, n)``: row ``i`` is rank ``i``'s input."""
 
     @staticmethod
@@ -39,7 +39,7 @@ class _AllGatherFlat(torch.autograd.Function):
         return out, None, None, None, None
 
 
-class _AllReduce(torch.autograd.Function):
+class AllReduce(torch.autograd.Function):
     """Elementwise reduction across ranks; min/max send gradient only to the holders of the extremum.
 
     Ties are split evenly among the ranks (and elements) that hold the extremum, like ``torch.amax``. The

@@ -29,8 +29,8 @@ _REDUCE_OPS = {"sum": "SUM", "min": "MIN", "max": "MAX"}
 # Switching autograd off and on for one sync. ``torch.no_grad()`` does the same through several Python layers,
 # which are slow right after a collective (docs/guide/sync_engine.rst, "Waiting"); the C toggle it
 # ends in has been there since torch 1.0, and the public function is the fallback.
-_grad_enabled = torch.is_grad_enabled
-_set_grad_enabled = getattr(torch._C, "_set_grad_enabled", None) or torch.set_grad_enabled
+grad_enabled = torch.is_grad_enabled
+set_grad_enabled = getattr(torch._C, "_set_grad_enabled", None) or torch.set_grad_enabled
 
 # Stable integer codes so dtypes can travel inside an int64 metadata tensor. Append only.
 _DTYPES: tuple[torch.dtype, ...] = (

@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from torchmetrics_diff.distributed import _reductions
-from torchmetrics_diff.distributed._autograd import _AllGatherFlat, _AllReduce
+from torchmetrics_diff.distributed._autograd import AllGatherFlat, AllReduce
 from torchmetrics_diff.distributed._backend import (
     Group,
     all_gather_flat,
@@ -171,7 +171,7 @@ def _gather_slots(tensor: torch.Tensor, peers: list[_Peer], group: Group, rank: 
             else (torch.cat([flat, flat.new_zeros(width - flat.numel())]))
         )
     if _wants_grad(tensor, grad):
-        table = _AllGatherFlat.apply(flat, group, rank, world, grad)
+        table = AllGatherFlat.apply(flat, group, rank, world, grad)
     else:
         table = flat.detach().new_empty(world * width)
         all_gather_flat(table, flat.detach().contiguous(), group)
@@ -325,7 +325,7 @@ def _reduce_across(
     _check_op_dtype(op, tensor.dtype)  # dtypes agree by now: every rank raises alike
     wants = any(p.requires_grad for p in peers)  # min/max tie counting is a collective: decide globally
     if wants and grad != "none" and (tensor.is_floating_point() or tensor.is_complex()):
-        return _AllReduce.apply(tensor if _wants_grad(tensor, grad) else tensor.detach(), op, group, world, grad, True)
+        return AllReduce.apply(tensor if _wants_grad(tensor, grad) else tensor.detach(), op, group, world, grad, True)
     with torch.no_grad():
         source = _reductions.wire_view(tensor)
-        return _AllReduce.apply(source.detach(), op, group, world, grad, False).view(tensor.dtype)
+        return AllReduce.apply(source.detach(), op, group, world, grad, False).view(tensor.dtype)

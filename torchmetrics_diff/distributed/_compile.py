@@ -23,7 +23,7 @@ from typing import Any, Callable, TypeVar
 import torch
 import torch.distributed as dist
 
-from torchmetrics_diff.distributed._autograd import _AllReduce
+from torchmetrics_diff.distributed._autograd import AllReduce
 from torchmetrics_diff.distributed._backend import Group
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,5 +93,5 @@ def sum_across_ranks(tensor: torch.Tensor, group: Group, world: int) -> torch.Te
 
         return funcol.all_reduce(tensor, "sum", _funcol_group(group))
     if tensor.requires_grad and torch.is_grad_enabled():
-        return _AllReduce.apply(tensor, "sum", group, world, "sync", False)
-    return _AllReduce.apply(tensor.detach(), "sum", group, world, "none", False)
+        return AllReduce.apply(tensor, "sum", group, world, "sync", False)
+    return AllReduce.apply(tensor.detach(), "sum", group, world, "none", False)

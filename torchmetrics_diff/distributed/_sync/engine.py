@@ -34,11 +34,11 @@ from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import (
     Group,
-    _grad_enabled,
-    _set_grad_enabled,
     default_device,
+    grad_enabled,
     group_rank,
     group_size,
+    set_grad_enabled,
 )
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._failure import CollectiveError, collective_failed, fail_on_every_rank
@@ -125,14 +125,14 @@ def _sync_across(
         and (steady.world, steady.rank) == (world, rank)
         and (device or _first_device(states)) == steady.device
     ):
-        enabled = _grad_enabled()
+        enabled = grad_enabled()
         if enabled:  # torch.no_grad() without its Python layers (they are slow right after a collective)
-            _set_grad_enabled(False)
+            set_grad_enabled(False)
         try:
             done = _steady_sync(steady, states, reductions, group, plan, rank, world, owner)
         finally:
             if enabled:
-                _set_grad_enabled(True)
+                set_grad_enabled(True)
         if done is not None:
             return done
     try:  # a bad argument, a failed concatenation, an unknown dtype on one rank: the others must not wait

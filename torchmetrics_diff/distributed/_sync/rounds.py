@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from torchmetrics_diff.distributed import _reductions
-from torchmetrics_diff.distributed._autograd import _AllReduce
+from torchmetrics_diff.distributed._autograd import AllReduce
 from torchmetrics_diff.distributed._backend import Group, dtype_from_code
 from torchmetrics_diff.distributed._failure import (
     FAILED,
@@ -169,7 +169,7 @@ class Rounds:
             flat = self._flat(bucket)
             with self._naming_failures():
                 mode = "local" if flat.requires_grad else "none"
-                out = _AllReduce.apply(
+                out = AllReduce.apply(
                     flat if flat.requires_grad else flat.detach(), bucket.kind, self.group, self.world, mode, False
                 )
             for name, piece, shape in zip(bucket.names, out.split(bucket.numels), bucket.shapes):
