@@ -3,14 +3,16 @@
 
 A :class:`Ring` sends to group rank ``r + 1`` and receives from ``r - 1`` with asynchronous point-to-point
 operations, so a transfer overlaps whatever the caller computes before it waits. Each exchange posts its sends
-and receives as one batch (``torch.distributed.batch_isend_irecv``): on NCCL that is one grouped launch, in
-which a rank's send to the next rank and its receive from the previous one progress together; posted one by one,
-every rank's send could wait for a receive that its neighbour has not posted yet, all around the ring. On gloo
-the batch is the same sends and receives, posted in list order. :func:`circulate` walks every
-rank's block around the ring once: at step ``k`` rank ``r`` holds the block of rank ``(r - k) mod W``, starts
-passing it on (and receiving the next one), visits it, and, when the visit produces a per-block accumulator
-(a gradient, column statistics), combines it with the accumulator that came with the block and sends the
-result on, so that after ``W`` steps the accumulator of each block is complete and back with its owner.
+and receives as one batch (``torch.distributed.batch_isend_irecv``): on NCCL that is one grouped launch, in which
+a rank's send to the next rank and its receive from the previous one progress together (posted one by one, every
+rank's send could wait for a receive that its neighbour has not posted yet, all around the ring); a backend
+without grouped launches (gloo) gets the same sends and receives, in list order.
+
+:func:`circulate` walks every rank's block around the ring once: at step ``k`` rank ``r`` holds the block of rank
+``(r - k) mod W``, starts passing it on (and receiving the next one), visits it, and, when the visit produces a
+per-block accumulator (a gradient, column statistics), combines it with the accumulator that came with the block
+and sends the result on, so that after ``W`` steps the accumulator of each block is complete and back with its
+owner.
 
 Every rank issues the same sequence of exchanges whatever its data: sizes come from the caller (each rank's
 block shapes, exchanged once beforehand). A zero-size tensor is left out of the batch on both sides, which both
