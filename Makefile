@@ -5,7 +5,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-slow demo docs bench lint clean venv
+.PHONY: test test-slow test-cuda demo docs bench lint clean venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,14 @@ test: $(STAMP)
 # the property-based soak run (large hypothesis budgets; about 15 minutes here)
 test-slow: $(STAMP)
 	HYPOTHESIS_PROFILE=slow $(PY) -m pytest -q -m slow tests/unittests/property
+
+# the GPU check (benchmarks/device_check.sh, under 8 minutes): the tests marked `cuda`, the host-round-trip counter
+# and the loss benchmark against open_clip on the GPU. It needs the venv's torch built with CUDA (TORCH= a CUDA
+# wheel where the default is not one); without a CUDA device it prints one line and exits 0.
+test-cuda: $(STAMP)
+	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then \
+		$(PIP) --no-deps open_clip_torch; fi
+	@PY=$(PY) bash benchmarks/device_check.sh
 
 demo: $(STAMP)
 	$(VENV)/bin/torchrun --standalone --nproc-per-node=2 examples/train_clip_ddp.py $(ARGS)

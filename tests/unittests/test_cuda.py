@@ -1,14 +1,18 @@
 """States, sync buffers and results stay on the state's device: the single-process checks on ``cuda:0``.
 
-Skipped (never failed) without CUDA. The checks are written as ``_check_*(device)`` helpers so that they read the
-same on any device; the CPU-only counterparts (a ``meta`` device, and the device of every communication buffer on
-two gloo ranks) live in ``tests/unittests/reliability/test_devices.py``.
+Skipped (never failed) without CUDA; marked ``cuda``, which ``benchmarks/device_check.sh`` (``make test-cuda``)
+selects. Every loss and metric class inside a process group on the GPU: ``test_cuda_distributed.py``. The checks
+are written as ``_check_*(device)`` helpers so that they read the same on any device; the CPU-only counterparts (a
+``meta`` device, and the device of every communication buffer on two gloo ranks) live in
+``tests/unittests/reliability/test_devices.py``. A steady loss step is checked under CUDA's sync debug mode: no
+host synchronization at all.
 
 Package modules covered: ``metric``, ``aggregation``, ``losses`` and the sync engine on ``cuda:0``.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import pytest
@@ -28,7 +32,10 @@ from torchmetrics_diff.losses import (
     TokenCrossEntropyLoss,
 )
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)"),
+]
 
 
 @pytest.fixture
@@ -173,3 +180,38 @@ def _check_collectives_world_size_1(device: torch.device) -> None:
 
 def test_collectives_world_size_1_on_the_device(device: torch.device) -> None:
     _check_collectives_world_size_1(device)
+
+
+def _steady_step(name: str, strategy: str, device: torch.device) -> list[str]:
+    """A loss step after a first one of the same shapes, under CUDA's sync debug mode: the synchronizing
+    operations it reports (a host read of a device value, a blocking copy from the host, ...)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.nn.functional.normalize(torch.randn(6, 4, generator=g), dim=1).to(device) for _ in range(2))
+    a.requires_grad_(True)
+    b.requires_grad_(True)
+    scale = torch.full((), 10.0, device=device, requires_grad=True)
+    if name == "CLIPLoss":
+        loss, call = CLIPLoss(strategy=strategy).to(device), lambda: loss(a, b, scale)
+    elif name == "SigLIPLoss":
+        loss, call = SigLIPLoss(strategy=strategy).to(device), lambda: loss(a, b, scale, -5.0)
+    else:
+        loss, call = InfoNCELoss(temperature=0.5, strategy=strategy).to(device), lambda: loss(a, b)
+    call().backward()  # the first call may read sizes back
+    torch.cuda.synchronize(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            call().backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
+
+
+@pytest.mark.parametrize("strategy", ["replicated", "sharded", "ring"])
+@pytest.mark.parametrize("name", ["CLIPLoss", "SigLIPLoss", "InfoNCELoss"])
+def test_steady_loss_step_never_waits_for_the_gpu(name: str, strategy: str, device: torch.device) -> None:
+    """One process: a step whose shapes match the previous one makes no host synchronization at all (CUDA's
+    own count, which also sees blocking host-to-device copies that a count of ``Tensor`` methods misses)."""
+    syncs = _steady_step(name, strategy, device)
+    assert not syncs, f"{name}(strategy={strategy!r}) synchronized {len(syncs)} times: {syncs}"

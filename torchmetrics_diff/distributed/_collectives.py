@@ -109,7 +109,8 @@ def _exchange_metadata(
         header[_FIXED : _FIXED + tensor.ndim] = torch.tensor(tensor.shape, dtype=torch.int64)
     else:
         header[0] = FAILED  # in the ndim field, which is never negative otherwise
-    header = header.to(device)
+    # from pageable host memory the copy is staged at once; a blocking copy would first wait for the GPU's queue
+    header = header.to(device, non_blocking=True)
     out = header.new_empty(world * header.numel())
     all_gather_flat(out, header, group)
     if problem is not None:

@@ -2,14 +2,23 @@
 (:ref:`architecture-strategies`).
 
 A :class:`Ring` sends to group rank ``r + 1`` and receives from ``r - 1`` with asynchronous point-to-point
-operations, so a transfer overlaps whatever the caller computes before it waits. :func:`circulate` walks every
-rank's block around the ring once: at step ``k`` rank ``r`` holds the block of rank ``(r - k) mod W``, starts
-passing it on (and receiving the next one), visits it, and, when the visit produces a per-block accumulator
-(a gradient, column statistics), combines it with the accumulator that came with the block and sends the
-result on, so that after ``W`` steps the accumulator of each block is complete and back with its owner.
+operations, so a transfer overlaps whatever the caller computes before it waits. Each exchange posts its sends
+and receives as one batch (``torch.distributed.batch_isend_irecv``): on NCCL that is one grouped launch, in which
+a rank's send to the next rank and its receive from the previous one progress together (posted one by one, every
+rank's send could wait for a receive that its neighbour has not posted yet, all around the ring); a backend
+without grouped launches (gloo) gets the same sends and receives, in list order.
 
-Every rank issues the same sequence of sends and receives whatever its data: sizes come from the caller (each
-rank's block shapes, exchanged once beforehand), and zero-size blocks travel like the others.
+:func:`circulate` walks every rank's block around the ring once: at step ``k`` rank ``r`` holds the block of rank
+``(r - k) mod W``, starts passing it on (and receiving the next one), visits it, and, when the visit produces a
+per-block accumulator (a gradient, column statistics), combines it with the accumulator that came with the block
+and sends the result on, so that after ``W`` steps the accumulator of each block is complete and back with its
+owner.
+
+Every rank issues the same sequence of exchanges whatever its data: sizes come from the caller (each rank's
+block shapes, exchanged once beforehand). A zero-size tensor is left out of the batch on both sides, which both
+know its size; an exchange with nothing left posts nothing. The first exchange on a group must come after a
+collective on it (the ring losses' shape exchange is one): NCCL creates a batch's communicator with every rank
+of the group.
 """
 
 from __future__ import annotations
@@ -59,10 +68,13 @@ class Ring:
         self._next, self._prev = nxt, prev
 
     def exchange(self, sends: Sequence[Tensor], receives: Sequence[Tensor], tag: int = _BLOCK_TAG) -> _Pending:
-        """Post ``sends`` to the next rank and ``receives`` (pre-allocated, filled in place) from the previous."""
+        """Post ``sends`` to the next rank and ``receives`` (pre-allocated, filled in place) from the previous, as
+        one batch of point-to-point operations; the receiver's ``receives`` match the sender's ``sends`` in order
+        and size. Zero-size tensors are not posted (their peer leaves them out too)."""
+        ops = [dist.P2POp(dist.isend, t, self._next, self.group, tag) for t in sends if t.numel()]
+        ops += [dist.P2POp(dist.irecv, t, self._prev, self.group, tag) for t in receives if t.numel()]
         try:
-            works = [dist.isend(t, self._next, group=self.group, tag=tag) for t in sends]
-            works += [dist.irecv(t, self._prev, group=self.group, tag=tag) for t in receives]
+            works = [w for w in dist.batch_isend_irecv(ops) if w is not None] if ops else []
         except RuntimeError as err:
             raise CollectiveError(f"ring exchange failed: {err}") from err
         return _Pending(works, list(receives), sends)

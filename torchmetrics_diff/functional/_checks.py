@@ -148,11 +148,15 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def as_count(n: int | Tensor, like: Tensor) -> Tensor:
-    """A 0-d float count on ``like``'s device, in the accumulation dtype."""
+    """A 0-d float count on ``like``'s device, in the accumulation dtype.
+
+    A number is written on the device by a fill (``torch.full``): ``torch.tensor(n, device=...)`` copies it
+    from the host and, on a GPU, waits for the device to finish its queued work first.
+    """
     dtype = acc_dtype(like.dtype)
     if isinstance(n, Tensor):
         return n.to(dtype=dtype).reshape(())
-    return torch.tensor(float(n), dtype=dtype, device=like.device)
+    return torch.full((), float(n), dtype=dtype, device=like.device)
 
 
 def safe_divide(total: Tensor, count: Tensor) -> Tensor:
@@ -177,7 +181,7 @@ def as_scale(value: Tensor | float, like: Tensor) -> Tensor:
     """A 0-d tensor of ``like``'s dtype and device (a tensor keeps its graph; a kernel sees it as an input)."""
     if isinstance(value, Tensor):
         return value.reshape(())
-    return torch.tensor(float(value), dtype=like.dtype, device=like.device)
+    return torch.full((), float(value), dtype=like.dtype, device=like.device)  # a fill, as in as_count
 
 
 def needs_grad(*tensors: Tensor) -> bool:

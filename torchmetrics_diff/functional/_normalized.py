@@ -51,7 +51,7 @@ def weighted_mean_block(
     if weight is None:
         weight = torch.ones((), dtype=values.dtype, device=values.device)
     elif not isinstance(weight, Tensor):
-        weight = torch.tensor(float(weight), dtype=values.dtype, device=values.device)
+        weight = torch.full((), float(weight), dtype=values.dtype, device=values.device)
     check_broadcast("weight", weight, values)
     weighted = values * weight
     weight = weight.expand(values.shape)

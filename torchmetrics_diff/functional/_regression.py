@@ -86,7 +86,7 @@ def mean_squared_error_stats(
     """``(Σ (preds - target)², N)`` per output, shapes ``(num_outputs,)`` and ``()``."""
     p, t = _columns(preds, target, num_outputs)
     diff = p - t
-    return (diff * diff).sum(0), torch.tensor(p.shape[0], device=p.device)
+    return (diff * diff).sum(0), torch.full((), p.shape[0], dtype=torch.int64, device=p.device)
 
 
 def mean_squared_error_from_stats(sum_sq: torch.Tensor, count: torch.Tensor, squared: bool = True) -> torch.Tensor:
@@ -113,7 +113,7 @@ def mean_absolute_error_stats(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(Σ |preds - target|, N)`` per output."""
     p, t = _columns(preds, target, num_outputs)
-    return (p - t).abs().sum(0), torch.tensor(p.shape[0], device=p.device)
+    return (p - t).abs().sum(0), torch.full((), p.shape[0], dtype=torch.int64, device=p.device)
 
 
 def mean_absolute_error_from_stats(sum_abs: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -138,7 +138,8 @@ def r2_score_stats(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(Σ t², Σ t, Σ (t - p)², N)`` per output (``N`` a scalar)."""
     p, t = _columns(preds, target, num_outputs, flatten=False)
-    return (t * t).sum(0), t.sum(0), ((t - p) ** 2).sum(0), torch.tensor(p.shape[0], device=p.device)
+    count = torch.full((), p.shape[0], dtype=torch.int64, device=p.device)
+    return (t * t).sum(0), t.sum(0), ((t - p) ** 2).sum(0), count
 
 
 def check_r2_args(adjusted: int, multioutput: str) -> None:

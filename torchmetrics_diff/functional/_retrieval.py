@@ -111,7 +111,7 @@ def query_scores(
             aps.append((precision_at * relevant).sum(1) / hits.clamp(min=1))
     empty_long = torch.zeros(0, dtype=torch.int64, device=queries.device)
     rank = torch.cat(ranks) if ranks else empty_long
-    ap = None if ap_k is None else (torch.cat(aps) if aps else torch.zeros(0, dtype=torch.float64))
+    ap = None if ap_k is None else (torch.cat(aps) if aps else empty_long.to(torch.float64))  # on the queries' device
     return rank, ap
 
 
@@ -216,7 +216,8 @@ def median_rank_from_ranks(ranks: dict[str, torch.Tensor]) -> dict[str, torch.Te
     ``numpy.median``; ``torch.median`` would return the lower one)."""
 
     def median(r: torch.Tensor) -> torch.Tensor:
-        return torch.quantile(r.to(torch.float64), 0.5) if r.numel() else torch.tensor(float("nan"))
+        r = r.to(torch.float64)
+        return torch.quantile(r, 0.5) if r.numel() else r.new_full((), float("nan"))  # NaN on the ranks' device
 
     return _by_direction(ranks, "median_rank", median)
 

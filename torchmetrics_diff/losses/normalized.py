@@ -28,7 +28,7 @@ from torch import Tensor
 
 from torchmetrics_diff import functional as F
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce
-from torchmetrics_diff.distributed._backend import group_size
+from torchmetrics_diff.distributed._backend import default_device, group_size
 from torchmetrics_diff.functional._checks import safe_divide
 from torchmetrics_diff.functional._strategy import checked_together, global_normalized
 from torchmetrics_diff.losses._base import check_consistent
@@ -101,8 +101,8 @@ class GlobalMeanLoss(Metric):
         if items is not None:
             local = sum((self._local_count(i) for i in items), torch.tensor(0.0, dtype=torch.float64))
             planned_local = float(local)
-            if self.dist_sync_on_step and group_size(self.process_group) > 1:
-                local = all_reduce(local, "sum", self.process_group, grad="none")
+            if self.dist_sync_on_step and group_size(self.process_group) > 1:  # on the backend's device (NCCL: GPU)
+                local = all_reduce(local.to(default_device(self.process_group)), "sum", self.process_group, grad="none")
             total = float(local)
         else:
             planned_local = None
@@ -118,7 +118,8 @@ class GlobalMeanLoss(Metric):
         wrong = abs(plan[2] - plan[1]) > 1e-6 * max(1.0, plan[1])
         if self.dist_sync_on_step and group_size(self.process_group) > 1:
             # one flag per rank, so a mistake on one rank raises on every rank (not a hang at the next step)
-            flags = all_gather_cat(torch.tensor([float(wrong)]), self.process_group, grad="none")
+            flag = torch.tensor([float(wrong)], device=default_device(self.process_group))
+            flags = all_gather_cat(flag, self.process_group, grad="none")
             ranks = [r for r, f in enumerate(flags.tolist()) if f]
             if ranks and not wrong:
                 raise RuntimeError(

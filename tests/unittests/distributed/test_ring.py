@@ -1,10 +1,11 @@
 """The ring schedule itself (``distributed/_ring.py``: :class:`Ring` and :func:`circulate`), not through the losses.
 
-On 1, 2 and 3 gloo ranks with uneven and empty blocks: every rank visits every rank's block exactly once, in the
-documented order (at step ``k`` rank ``r`` holds the block of rank ``(r - k) mod W``), with the owner's exact
-contents; accumulators travel with the blocks and come home to their owner combined in visiting order; gradients
-computed on visited blocks and sent home equal the brute-force gradient of every rank's loss with respect to the
-owner's rows. Every expectation is rebuilt on each rank from seeds known to every rank.
+On 1, 2 and 3 gloo ranks with uneven and empty blocks: each exchange is one ``batch_isend_irecv`` call holding
+the non-empty tensors of the schedule; every rank visits every rank's block exactly once, in the documented order
+(at step ``k`` rank ``r`` holds the block of rank ``(r - k) mod W``), with the owner's exact contents; accumulators
+travel with the blocks and come home to their owner combined in visiting order; gradients computed on visited
+blocks and sent home equal the brute-force gradient of every rank's loss with respect to the owner's rows. Every
+expectation is rebuilt on each rank from seeds known to every rank.
 """
 
 from __future__ import annotations
@@ -156,6 +157,53 @@ def _subgroup_body(rank: int, world: int) -> list[str]:
     return failures
 
 
+def _batched_body(rank: int, world: int) -> list[str]:
+    """Every exchange is one ``batch_isend_irecv`` call: the block's tensors to the next rank and the next block's
+    from the previous one, then the accumulator likewise; zero-size tensors are left out (an exchange with
+    nothing left posts nothing). The expected batches are rebuilt from the documented schedule."""
+    failures: list[str] = []
+    calls: list[list[tuple[str, int, int, int]]] = []
+    original = dist.batch_isend_irecv
+
+    def recording(ops: list) -> list:
+        calls.append([(op.op.__name__, op.peer, op.tensor.numel(), op.tag) for op in ops])
+        return original(ops)
+
+    ring = Ring()
+    nxt, prev = (rank + 1) % world, (rank - 1) % world
+    dist.batch_isend_irecv = recording
+    try:
+        for case, all_rows in ROWS.items():
+            rows = all_rows[:world]
+            calls.clear()
+            grad = circulate(
+                ring,
+                _block(rank, rows, case),
+                lambda o, rows=rows: [torch.empty(rows[o], DIM, dtype=F64), torch.empty(rows[o], dtype=torch.int64)],
+                lambda owner, block: block[0] * 2,
+                empty_acc=lambda o, rows=rows: torch.empty(rows[o], DIM, dtype=F64),
+            )
+            expected = []
+            for k in range(world):
+                owner, coming = (rank - k) % world, (rank - k - 1) % world
+                if k < world - 1:
+                    batch = [("isend", nxt, n, 17) for n in (rows[owner] * DIM, rows[owner]) if n]
+                    batch += [("irecv", prev, n, 17) for n in (rows[coming] * DIM, rows[coming]) if n]
+                    expected += [batch] if batch else []
+                if world > 1:
+                    batch = [("isend", nxt, rows[owner] * DIM, 18)] if rows[owner] else []
+                    batch += [("irecv", prev, rows[coming] * DIM, 18)] if rows[coming] else []
+                    expected += [batch] if batch else []
+            if calls != expected:
+                failures.append(f"[rank {rank}] {case}: batches {calls}, expected {expected}")
+            want = _block(rank, rows, case)[0] * 2 * world
+            if grad is None or not torch.allclose(grad, want, rtol=1e-12, atol=0):
+                failures.append(f"[rank {rank}] {case}: accumulator {grad}, expected {want}")
+    finally:
+        dist.batch_isend_irecv = original
+    return failures
+
+
 def _assert_none(results: list[list[str]]) -> None:
     failures = [f for per_rank in results for f in per_rank]
     assert not failures, "\n".join(failures)
@@ -174,6 +222,11 @@ def test_accumulators_come_home_combined_in_visiting_order(world_size: int) -> N
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_gradients_sent_home_match_brute_force(world_size: int) -> None:
     _assert_none(run_distributed(_gradient_body, world_size, timeout=60))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_each_exchange_is_one_batch_of_point_to_point_operations(world_size: int) -> None:
+    _assert_none(run_distributed(_batched_body, world_size, timeout=60))
 
 
 def test_ring_of_a_subgroup_uses_global_ranks() -> None:

@@ -186,3 +186,13 @@ def test_failure_marker_uses_the_device_of_the_collective_it_joins(monkeypatch: 
     bad = _first_collective_device(monkeypatch, make(bad=True))
     assert good == "meta", f"the good rank sent its buffer on {good}"
     assert bad == good, f"the bad rank's failure marker went on {bad}, the peers' buffer on {good}"
+
+
+@pytest.mark.filterwarnings("ignore:.*compute\\(\\) was called before update")
+@pytest.mark.parametrize("name", ["RetrievalRecallAtK", "RetrievalMeanRank", "RetrievalMedianRank", "RetrievalMAPAtK"])
+def test_retrieval_without_pairs_answers_on_the_metric_device(name: str) -> None:
+    """Before any pair the values are NaN, made on the metric's device (not a CPU tensor from a Python float)."""
+    import torchmetrics_diff
+
+    values = getattr(torchmetrics_diff, name)().to("meta").compute()
+    assert values and tensor_devices(values) == {META}, values
