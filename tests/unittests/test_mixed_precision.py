@@ -512,17 +512,19 @@ def test_contrastive_products_run_in_the_autocast_dtype(dtype: torch.dtype) -> N
 
 
 def test_half_scale_is_not_rounded() -> None:
-    """A number scale (1 / temperature) multiplies half-precision embeddings in float32: the value of bf16 inputs
-    equals the float32 computation on the same values to float32-level error, not bf16's."""
+    """A number scale (``1 / temperature``) is not rounded to bfloat16, nor are the scaled embeddings: bfloat16
+    inputs give InfoNCE within 2e-4 of float64 on the same values (a scale rounded to bfloat16 is off by 0.2 %,
+    the loss then by ~1e-3)."""
     g = generator("scale")
-    z1 = _unit(torch.randn(16, D, generator=g)).to(torch.bfloat16)
-    z2 = _unit(torch.randn(16, D, generator=g)).to(torch.bfloat16)
-    temperature = 0.07  # 1 / 0.07 = 14.2857... is not a bfloat16 number
+    n, d, temperature = 256, 64, 0.07  # 1 / 0.07 = 14.2857... is not a bfloat16 number
+    z1 = _unit(torch.randn(n, d, generator=g)).to(torch.bfloat16)
+    z2 = _unit(z1.float() + 0.3 * torch.randn(n, d, generator=g)).to(torch.bfloat16)
     got = TF.info_nce_loss(z1, z2, temperature)
-    want = ref_info_nce(z1.to(F64), z2.to(F64), temperature)
+    z = _unit(torch.cat([z1, z2]).to(F64))  # the NT-Xent formula in float64
+    logits = (z @ z.T / temperature).fill_diagonal_(-torch.inf)
+    want = F.cross_entropy(logits, (torch.arange(2 * n) + n) % (2 * n))
     assert got.dtype == torch.float32
-    assert abs(float(got) - float(want)) <= LOSS_BOUNDS[torch.bfloat16][0] * abs(float(want))
-    assert math.isfinite(float(got))
+    assert abs(float(got) - float(want)) <= 2e-4 * float(want)
 
 
 def test_token_cross_entropy_of_half_logits_is_float32() -> None:
@@ -533,6 +535,6 @@ def test_token_cross_entropy_of_half_logits_is_float32() -> None:
     got = TF.token_cross_entropy(logits, target)
     want = F.cross_entropy(logits.detach().to(F64).reshape(-1, 50), target.reshape(-1))
     assert got.dtype == torch.float32
-    assert abs(float(got) - float(want)) <= 1e-5 * float(want)
+    assert abs(float(got.detach()) - float(want)) <= 1e-5 * float(want)
     got.backward()
     assert logits.grad.dtype == torch.bfloat16
