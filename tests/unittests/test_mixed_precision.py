@@ -538,3 +538,56 @@ def test_token_cross_entropy_of_half_logits_is_float32() -> None:
     assert abs(float(got.detach()) - float(want)) <= 1e-5 * float(want)
     got.backward()
     assert logits.grad.dtype == torch.bfloat16
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")
+@pytest.mark.parametrize("dtype", HALF)
+def test_losses_under_cuda_autocast(dtype: torch.dtype) -> None:
+    """The contrastive losses under CUDA autocast (one process): float32 value, gradients in the input dtype,
+    errors against float64 within :data:`LOSS_BOUNDS`, and every product of half-precision numbers (there the
+    kernels use ``torch.mm``'s mixed-dtype form)."""
+    device = torch.device("cuda")
+    g = generator("cuda-autocast")
+    a, b = _unit(torch.randn(11, D, generator=g, dtype=F64)), _unit(torch.randn(11, D, generator=g, dtype=F64))
+    labels = torch.randint(0, 3, (11,), generator=g)
+    cases = {
+        "clip": (lambda x, y: TF.clip_loss(x, y, SCALE), lambda x, y: ref_clip(x, y, SCALE)),
+        "clip ring": (
+            lambda x, y: TF.global_clip_loss(x, y, SCALE, strategy="ring", tile=4),
+            lambda x, y: ref_clip(x, y, SCALE),
+        ),
+        "siglip": (lambda x, y: TF.siglip_loss(x, y, SCALE, BIAS), lambda x, y: ref_siglip(x, y, SCALE, BIAS)),
+        "infonce": (lambda x, y: TF.info_nce_loss(x, y, TEMPERATURE), lambda x, y: ref_info_nce(x, y, TEMPERATURE)),
+        "supcon": (
+            lambda x, y: TF.supcon_loss(torch.stack([x, y], 1), labels.to(x.device), TEMPERATURE),
+            lambda x, y: ref_supcon(torch.stack([x, y], 1), labels, TEMPERATURE),
+        ),
+        "barlow": (
+            lambda x, y: TF.barlow_twins_loss(x, y, LAMBDA_OFFDIAG),
+            lambda x, y: ref_barlow(x, y, LAMBDA_OFFDIAG),
+        ),
+    }
+    value_bound, grad_bound = LOSS_BOUNDS[dtype]
+    problems = []
+    for name, (loss, reference) in cases.items():
+        for form in (torch.float32, dtype):
+            exact = [x.to(form).to(F64).requires_grad_() for x in (a, b)]
+            ref = reference(*exact)
+            ref_grads = torch.autograd.grad(ref, exact)
+            xs = [x.to(form).to(device).requires_grad_() for x in (a, b)]
+            with torch.autocast("cuda", dtype=dtype):
+                value = loss(*xs)
+            value.backward()
+            where = f"[{name} autocast={dtype} inputs={form}]"
+            if value.dtype != torch.float32:
+                problems.append(f"{where}: value dtype {value.dtype}")
+            if any(x.grad.dtype != x.dtype for x in xs):
+                problems.append(f"{where}: gradient dtypes {[x.grad.dtype for x in xs]}")
+            err = _rel(value.cpu(), ref)
+            if not err <= value_bound:
+                problems.append(f"{where}: value error {err:.2e} > {value_bound:.0e}")
+            got = torch.cat([x.grad.cpu().to(F64).reshape(-1) for x in xs])
+            err = _rel(got, torch.cat([r.reshape(-1) for r in ref_grads]))
+            if not err <= grad_bound:
+                problems.append(f"{where}: gradient error {err:.2e} > {grad_bound:.0e}")
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
