@@ -78,6 +78,27 @@ def promoted(before: Any, after: Any) -> bool:
     )
 
 
+#: floating dtypes a metric state never takes from its inputs (only :meth:`~torchmetrics_diff.Metric.set_dtype` asks)
+HALF = (torch.float16, torch.bfloat16)
+
+
+def unhalved(value: Any, default: Any) -> Any:
+    """A tensor state that an update left in half precision, in its default's (wider) dtype; else ``value``.
+
+    A ``forward``'s batch states keep a wider input dtype (a float64 loss stays float64) but are never narrower
+    than their defaults: a batch state synced or merged in float16 would add up in float16.
+    """
+    if (
+        isinstance(value, torch.Tensor)
+        and value.dtype in HALF
+        and isinstance(default, torch.Tensor)
+        and default.is_floating_point()
+        and default.dtype not in HALF
+    ):
+        return value.to(torch.promote_types(value.dtype, default.dtype))
+    return value
+
+
 def default_device() -> torch.device:
     """The device factory functions use now (``torch.get_default_device`` where torch has it)."""
     get = getattr(torch, "get_default_device", None)

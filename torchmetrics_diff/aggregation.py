@@ -5,8 +5,10 @@ With ``dist_sync_on_step=True`` they are global-batch reductions with exact grad
 number of valid tokens of *every* rank, and its gradient is the one-big-device gradient
 (:ref:`architecture-gradient-contract`).
 
-Inputs keep their floating dtype within a step (a float64 loss stays float64); the accumulated states keep the
-metric's dtype (float32 unless :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
+Inputs keep their floating dtype within a step (a float64 loss stays float64), except that nothing is summed in
+half precision: float16 and bfloat16 values are summed (and concatenated) in float32, so their step value is
+float32. The accumulated states keep the metric's dtype (float32 unless :meth:`~torchmetrics_diff.Metric.set_dtype`
+says otherwise). See :doc:`/guide/mixed_precision`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ from typing import Any, Callable, Union
 import torch
 
 from torchmetrics_diff.distributed._compile import compiling
+from torchmetrics_diff.functional._checks import acc_dtype
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 NanStrategy = Union[str, float]
 _NAN_STRATEGIES = ("error", "warn", "ignore", "disable")
+
+
+def _sum(value: torch.Tensor) -> torch.Tensor:
+    """``value.sum()`` in at least float32: a half-precision sum would round every partial sum."""
+    acc = acc_dtype(value.dtype)
+    return value.sum() if acc == value.dtype else value.sum(dtype=acc)
 
 
 class BaseAggregator(Metric):
@@ -96,7 +105,7 @@ class BaseAggregator(Metric):
         the mask (an infinite sum of opposite infinities also reads NaN: the caller then checks the mask). Eager
         mode only: under ``torch.compile`` the host read would be a graph break of its own.
         """
-        total = value.sum()
+        total = _sum(value)
         if self.nan_strategy == "disable":
             return total
         read = total.item()
@@ -147,7 +156,7 @@ class SumMetric(BaseAggregator):
         """Add ``value`` (any shape) to the sum."""
         value = self._as_tensor(value)
         total = None if compiling() else self._nan_free_sum(value)
-        self.sum_value = self.sum_value + (total if total is not None else self._clean(value).sum())
+        self.sum_value = self.sum_value + (total if total is not None else _sum(self._clean(value)))
 
 
 class _Extremum(BaseAggregator):
@@ -229,6 +238,7 @@ class CatMetric(BaseAggregator):
     def update(self, value: torch.Tensor | float) -> None:
         """Append ``value`` (flattened) to the list."""
         value = self._clean(value).reshape(-1)
+        value = value.to(acc_dtype(value.dtype))  # never stored in half precision
         if value.numel() or value.requires_grad:  # an empty batch in forward keeps the rank in the graph
             self.value.append(value)
 
@@ -282,7 +292,7 @@ class MeanMetric(BaseAggregator):
                 keep = self._nan_mask(value)
                 if keep is not None:
                     value = self._replace_or_drop(value, keep)
-                total = value.sum()
+                total = _sum(value)
             self.mean_value = self.mean_value + (total if weight == 1 else total * weight)
             self.weight = self.weight + value.numel() * weight
             return
@@ -301,8 +311,9 @@ class MeanMetric(BaseAggregator):
                 value, weight = torch.where(keep, value, 0.0), torch.where(keep, weight, 0.0)
             else:
                 value, weight = value[keep], weight[keep]
-        self.mean_value = self.mean_value + (value * weight).sum()
-        self.weight = self.weight + weight.sum()
+        acc = acc_dtype(torch.promote_types(value.dtype, weight.dtype))  # products and sums: never half precision
+        self.mean_value = self.mean_value + (value.to(acc) * weight.to(acc)).sum()
+        self.weight = self.weight + weight.to(acc).sum()
 
     def compute(self) -> torch.Tensor:
         """``Σ wᵢ xᵢ / Σ wᵢ`` (NaN when the weights sum to zero)."""

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from torchmetrics_diff._state_sync import SyncSpec, gather_each, sync_metrics
-from torchmetrics_diff._tensors import default_device, detach, promoted, unaliased
+from torchmetrics_diff._tensors import default_device, detach, promoted, unaliased, unhalved
 from torchmetrics_diff.distributed._backend import Group, group_size
 from torchmetrics_diff.distributed._compile import compiling, outside_graph
 from torchmetrics_diff.distributed._reductions import REDUCTIONS, as_rows, merge, valid
@@ -568,7 +568,8 @@ class Metric(nn.Module):
                 )
             raise
         state = self.__dict__
-        step.batch = {name: state[name] for name in self._defaults}
+        step.batch = {name: unhalved(state[name], default) for name, default in self._defaults.items()}
+        state.update(step.batch)  # (a state left in half precision is widened to its default's dtype)
 
     def _sync_batch(self, step: BatchStep, synced: dict[str, Any] | None = None) -> None:
         """Replace the batch states by their values over every rank, differentiably (``grad="local"``).

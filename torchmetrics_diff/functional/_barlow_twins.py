@@ -13,7 +13,14 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.functional._checks import acc_dtype, as_count, check_float_tensor, check_same_shape
+from torchmetrics_diff.functional._checks import (
+    acc_dtype,
+    as_count,
+    autocast_off,
+    check_float_tensor,
+    check_same_shape,
+    compute_dtype,
+)
 
 
 class BarlowTwinsStats(NamedTuple):
@@ -43,7 +50,10 @@ def barlow_twins_stats(za: Tensor, zb: Tensor) -> BarlowTwinsStats:
         zb: embeddings of the second view (n, D).
 
     Returns:
-        :class:`BarlowTwinsStats` of the rows, in the accumulation dtype (at least float32).
+        :class:`BarlowTwinsStats` of the rows, in the accumulation dtype (at least float32). Under
+        ``torch.autocast`` the embeddings are rounded to the autocast dtype once, as the product ``za.T @ zb``
+        would take them, and every statistic is a float32 sum of those values (the loss subtracts products of
+        means from them: sums rounded to half precision would cancel catastrophically).
 
     Raises:
         ValueError: if ``za`` is not a floating (n, D) tensor or ``zb`` has another shape.
@@ -58,16 +68,18 @@ def barlow_twins_stats(za: Tensor, zb: Tensor) -> BarlowTwinsStats:
     """
     check_float_tensor("za", za, 2, "(n, D)")
     check_same_shape("zb", zb, "za", za)
-    acc = acc_dtype(za.dtype)
-    za, zb = za.to(acc), zb.to(acc)
-    return BarlowTwinsStats(
-        sum_a=za.sum(dim=0),
-        sum_sq_a=(za * za).sum(dim=0),
-        sum_b=zb.sum(dim=0),
-        sum_sq_b=(zb * zb).sum(dim=0),
-        sum_ab=za.T @ zb,
-        count=as_count(za.shape[0], za),
-    )
+    dtype = compute_dtype(za, zb)
+    acc = acc_dtype(dtype)
+    with autocast_off(za):
+        za, zb = za.to(dtype).to(acc), zb.to(dtype).to(acc)  # the values the autocast product would see, exactly
+        return BarlowTwinsStats(
+            sum_a=za.sum(dim=0),
+            sum_sq_a=(za * za).sum(dim=0),
+            sum_b=zb.sum(dim=0),
+            sum_sq_b=(zb * zb).sum(dim=0),
+            sum_ab=za.T @ zb,
+            count=as_count(za.shape[0], za),
+        )
 
 
 def barlow_twins_from_stats(

@@ -7,10 +7,18 @@ Validators raise a ``ValueError`` that names the argument, what it must be and w
 
 Sums and counts are accumulated in at least float32 (:func:`acc_dtype`: half-precision counts are not exact
 beyond 2048), and a mean whose count is zero is ``0`` with a zero gradient (:func:`safe_divide`), never ``NaN``.
+
+Mixed precision (:doc:`/guide/mixed_precision`): under ``torch.autocast`` a kernel casts its float32 operands to
+the autocast dtype, as ``torch.mm`` would (:func:`compute_dtype`), and runs with autocast off inside
+(:func:`autocast_off`), so that nothing else is cast behind its back; its matrix products take operands in that
+dtype and give their products in the accumulation dtype (:func:`mm_acc`), which a scale then multiplies
+(:func:`scaled_products`): neither a scale nor a scaled operand is rounded to half precision. float64 is never
+cast, as under autocast.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from collections.abc import Sequence
@@ -147,6 +155,85 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+#: the half-precision floating dtypes: never the dtype of a sum, a count, a log-sum-exp or a metric state
+HALF = (torch.float16, torch.bfloat16)
+
+
+def _autocast_on(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type autocast does not know (e.g. meta)
+        return False
+
+
+def compute_dtype(*tensors: Tensor) -> torch.dtype:
+    """The dtype a kernel's matrix products take their operands in, for operands ``tensors`` (one device).
+
+    Their promoted dtype; under ``torch.autocast`` of their device the autocast dtype instead (they are cast to it
+    as ``torch.mm`` would cast them), unless that dtype is float64, which autocast leaves alone.
+
+    Example:
+        >>> import torch
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+        ...     compute_dtype(torch.ones(1)), compute_dtype(torch.ones(1, dtype=torch.float64))
+        (torch.bfloat16, torch.float64)
+    """
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    kind = tensors[0].device.type
+    if dtype != torch.float64 and dtype.is_floating_point and _autocast_on(kind):
+        return torch.get_autocast_dtype(kind)
+    return dtype
+
+
+def autocast_off(x: Tensor) -> contextlib.AbstractContextManager[Any]:
+    """A context with autocast off on ``x``'s device (a no-op context when it is off already)."""
+    kind = x.device.type
+    return torch.autocast(kind, enabled=False) if _autocast_on(kind) else contextlib.nullcontext()
+
+
+#: ``(device type, dtype)`` -> whether ``torch.mm(..., out_dtype=float32)`` runs there (asked once)
+_MIXED_MM: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def mm_acc(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` of 2-d operands of one dtype, with the product in its accumulation dtype (:func:`acc_dtype`).
+
+    float32 and float64 operands: the plain product. Half-precision operands: the products are accumulated in
+    float32 and returned in float32, never rounded to half precision: ``torch.mm(..., out_dtype=torch.float32)``
+    where the device has it (CUDA), else the float32 product of the operands' exact float32 values (the same
+    numbers; CPU). Not differentiable where it uses ``out_dtype``: the kernels call it inside their autograd
+    functions.
+    """
+    acc = acc_dtype(a.dtype)
+    if acc == a.dtype:
+        return a @ b
+    kind = a.device.type
+    key = (kind, a.dtype)
+    if kind != "cpu" and _MIXED_MM.get(key, True):
+        try:
+            out = torch.mm(a, b, out_dtype=acc)
+            _MIXED_MM[key] = True
+            return out
+        except (RuntimeError, TypeError, NotImplementedError):  # a build or device without the mixed product
+            _MIXED_MM[key] = False
+    return a.to(acc) @ b.to(acc)
+
+
+def scaled_products(a: Tensor, b: Tensor, scale: Tensor) -> Tensor:
+    """``scale · (a @ b)`` in the accumulation dtype, for 2-d operands of one dtype.
+
+    float32 and float64: ``(a * scale) @ b``, the scale on the ``(n, D)`` operand. Half precision: the float32
+    products of :func:`mm_acc` times the float32 scale, so that the scale is never rounded to half precision and
+    ``scale · a`` is never rounded either: the logits are exact products of the operands, scaled once.
+    """
+    acc = acc_dtype(a.dtype)
+    if acc == a.dtype:
+        return (a * scale.to(a.dtype)) @ b
+    return mm_acc(a, b).mul_(scale.to(acc))
+
+
 def as_count(n: int | Tensor, like: Tensor) -> Tensor:
     """A 0-d float count on ``like``'s device, in the accumulation dtype.
 
@@ -178,10 +265,11 @@ def reciprocal(temperature: Scalar) -> Scalar:
 
 
 def as_scale(value: Tensor | float, like: Tensor) -> Tensor:
-    """A 0-d tensor of ``like``'s dtype and device (a tensor keeps its graph; a kernel sees it as an input)."""
+    """A 0-d tensor on ``like``'s device in ``like``'s accumulation dtype (a tensor keeps its graph and dtype; a
+    kernel sees it as an input). A number is never rounded to half precision."""
     if isinstance(value, Tensor):
         return value.reshape(())
-    return torch.full((), float(value), dtype=like.dtype, device=like.device)  # a fill, as in as_count
+    return torch.full((), float(value), dtype=acc_dtype(like.dtype), device=like.device)  # a fill, as in as_count
 
 
 def needs_grad(*tensors: Tensor) -> bool:

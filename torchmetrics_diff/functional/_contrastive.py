@@ -26,6 +26,7 @@ from torch import Tensor
 
 from torchmetrics_diff.functional._checks import (
     Scalar,
+    acc_dtype,
     as_count,
     check_float_tensor,
     check_labels,
@@ -170,8 +171,8 @@ def info_nce_block(
     n, big_n = z1_local.shape[0], z1_all.shape[0]
     row_start = check_row_block(row_start, n, "z1_local", big_n, "z1_all")
 
-    anchors = F.normalize(torch.cat([z1_local, z2_local]), dim=1)
-    candidates = F.normalize(torch.cat([z1_all, z2_all]), dim=1)
+    anchors = unit_rows(torch.cat([z1_local, z2_local]))
+    candidates = unit_rows(torch.cat([z1_all, z2_all]))
     # anchor a of sample i: its own embedding is excluded, the other view of sample i (same class) is the positive
     rows = torch.arange(row_start, row_start + n, device=anchors.device)
     samples = torch.arange(big_n, device=anchors.device)
@@ -260,14 +261,25 @@ def supcon_block(
 
     views = features_all.shape[1] if features_all.ndim == 3 else 1
     dim = features_all.shape[-1]
-    anchors = F.normalize(features_local.reshape(n * views, dim), dim=1)
-    candidates = F.normalize(features_all.reshape(big_n * views, dim), dim=1)
+    anchors = unit_rows(features_local.reshape(n * views, dim))
+    candidates = unit_rows(features_all.reshape(big_n * views, dim))
     label_ids, n_classes = class_ids(labels_all)
     cand_cls = label_ids.repeat_interleave(views)
     own = torch.arange(row_start * views, (row_start + n) * views, device=anchors.device)
     scale = reciprocal(temperature)
     total, count = softmax_xent_sum(anchors, candidates, scale, cand_cls[own], cand_cls, own, n_classes)
     return total, as_count(count, anchors)
+
+
+def unit_rows(x: Tensor) -> Tensor:
+    """The rows of ``x`` L2-normalized, computed in at least float32 and rounded once to ``x``'s dtype.
+
+    Example:
+        >>> import torch
+        >>> unit_rows(torch.tensor([[3.0, 4.0]], dtype=torch.bfloat16))
+        tensor([[0.6016, 0.8008]], dtype=torch.bfloat16)
+    """
+    return F.normalize(x.to(acc_dtype(x.dtype)), dim=1).to(x.dtype)
 
 
 def class_ids(labels: Tensor) -> tuple[Tensor, int]:

@@ -10,7 +10,15 @@ two matrix products::
     grad_A = s · G @ C        grad_C = G.T @ (s · A)        grad_s = Σ A ⊙ (G @ C)
 
 The scale multiplies the (n, D) operand, never the (n, M) logits. Softmax and sigmoid statistics are taken in at
-least float32; ``G`` is kept in the inputs' dtype.
+least float32; ``G`` is kept in the operands' dtype.
+
+Mixed precision: the public functions cast float32 operands to the autocast dtype when ``torch.autocast`` is on
+(as ``torch.mm`` would) and run the kernel with autocast off. With half-precision operands the products
+``A @ C.T``, ``G @ C`` and ``G.T @ A`` take half-precision operands and give float32 results (:func:`mm_acc`), and
+the scale multiplies the float32 logits rather than ``A`` (:func:`scaled_products`: neither ``s`` nor ``s·A``
+is rounded to half precision); the logits, every statistic, ``grad_s`` and the gradients before their final cast
+are float32; ``G`` is stored in half precision (the one (n, M) buffer kept for backward). The value is float32;
+the gradients reach the inputs in their dtype. float32 and float64 operands run exactly as without autocast.
 
 Kernels:
 
@@ -36,7 +44,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from torchmetrics_diff.functional._checks import acc_dtype, as_scale, needs_grad
+from torchmetrics_diff.functional._checks import (
+    acc_dtype,
+    as_scale,
+    autocast_off,
+    compute_dtype,
+    mm_acc,
+    needs_grad,
+    scaled_products,
+)
 
 _CHUNK_ROWS = 256  # rows per chunk where a value needs an (n, M) temporary of its own (softplus)
 _CHUNK_ELEMENTS = 1 << 18  # a reused scratch buffer of this many elements (1 MiB in float32): stays in cache
@@ -75,17 +91,18 @@ def _matmul_grads(
     (M, D) results, never ``G``.
     """
     want_a, want_c, want_s = ctx.needs_input_grad[:3]
-    factor = grad_out.to(g_mat.dtype) * half
-    s = scale.to(a.dtype)
+    acc = acc_dtype(g_mat.dtype)  # g_mat's own dtype unless it is half precision
+    factor = grad_out.to(acc) * half
+    s = scale.to(acc)
     grad_a = grad_c = grad_s = None
     if want_a or want_s:
-        h = g_mat @ c  # (n, D)
+        h = mm_acc(g_mat, c)  # (n, D)
         if want_s:
             grad_s = ((h * a).sum() * factor).to(scale.dtype)
         if want_a:
-            grad_a = h.mul_(s * factor)
+            grad_a = h.mul_(s * factor).to(a.dtype)
     if want_c:
-        grad_c = (g_mat.T @ a).mul_(s * factor)
+        grad_c = mm_acc(g_mat.T, a).mul_(s * factor).to(c.dtype)
     return grad_a, grad_c, grad_s
 
 
@@ -102,21 +119,24 @@ def _xent_forward(
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:
     """Value, valid-anchor count, ``G`` (valid rows' softmax, or None), per-class candidate sums, anchor weights."""
     acc = acc_dtype(a.dtype)
-    sa = a * scale.to(a.dtype)
-    logits = (sa @ c.T).to(acc)  # (n, M); the only (n, M) buffer
+    logits = scaled_products(a, c.T, scale)  # (n, M); the only (n, M) buffer
     if own is not None and logits.numel():
         logits.scatter_(1, own[:, None], -torch.inf)
     # positives: every candidate of the anchor's class but its own; Σ_p L_ap from per-class candidate sums
-    class_sums = c.new_zeros(n_classes, c.shape[1]).index_add_(0, cand_cls, c)
+    c_acc = c.to(acc)
+    class_sums = c_acc.new_zeros(n_classes, c.shape[1]).index_add_(0, cand_cls, c_acc)
     # (index_add rather than bincount: it also runs on devices without data, e.g. meta)
     counts = cand_cls.new_zeros(n_classes).index_add_(0, cand_cls, torch.ones_like(cand_cls))[anchor_cls]
     positive_rows = class_sums[anchor_cls]
     if own is not None:
-        positive_rows = positive_rows - c[own]
+        positive_rows = positive_rows - c_acc[own]
         counts = counts - 1
     valid = counts > 0
     weight = torch.where(valid, 1.0 / counts.clamp_min(1).to(acc), torch.zeros((), dtype=acc, device=a.device))
-    positive = (sa * positive_rows).sum(dim=1).to(acc) * weight  # mean positive logit of each valid anchor
+    if acc == a.dtype:  # mean positive logit of each valid anchor
+        positive = (a * scale.to(a.dtype) * positive_rows).sum(dim=1) * weight
+    else:  # half precision: in float32, the scale on the sums
+        positive = (a.to(acc) * positive_rows).sum(dim=1) * scale.to(acc) * weight
     lse, sums = _row_softmax_(logits)
     per_anchor = torch.where(valid, lse - positive, torch.zeros_like(lse))
     value = per_anchor.sum()
@@ -150,24 +170,25 @@ class _SoftmaxXent(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor, _grad_count: Tensor) -> tuple[Tensor | None, ...]:
         a, c, scale, g_mat, positive_rows, anchor_cls, cand_cls, own, weight = ctx.saved_tensors
+        acc = acc_dtype(a.dtype)  # a's own dtype unless it is half precision
         # The positive term -w_a Σ_p L_ap would put -w_a at each positive of G; it goes through class sums instead.
-        wa = a * weight.to(a.dtype)[:, None]  # (n, D)
-        per_class = a.new_zeros(ctx.n_classes, a.shape[1]).index_add_(0, anchor_cls, wa)
+        wa = a.to(acc) * weight.to(acc)[:, None]  # (n, D)
+        per_class = wa.new_zeros(ctx.n_classes, a.shape[1]).index_add_(0, anchor_cls, wa)
         pos_for_c = per_class[cand_cls]  # Σ of w_a a_a over the anchors of candidate k's class
         if own is not None:
             pos_for_c = pos_for_c.index_add(0, own, -wa)  # ... but not the anchor whose own embedding k is
         want_a, want_c, want_s = ctx.needs_input_grad[:3]
-        factor = grad_out.to(a.dtype)
-        s = scale.to(a.dtype)
+        factor = grad_out.to(acc)
+        s = scale.to(acc)
         grad_a = grad_c = grad_s = None
         if want_a or want_s:
-            h = (g_mat @ c).sub_(positive_rows * weight.to(a.dtype)[:, None])  # ∂loss/∂(s a)
+            h = mm_acc(g_mat, c).sub_(positive_rows * weight.to(acc)[:, None])  # ∂loss/∂(s a)
             if want_s:
                 grad_s = ((h * a).sum() * factor).to(scale.dtype)
             if want_a:
-                grad_a = h.mul_(s * factor)
+                grad_a = h.mul_(s * factor).to(a.dtype)
         if want_c:
-            grad_c = (g_mat.T @ a).sub_(pos_for_c).mul_(s * factor)
+            grad_c = mm_acc(g_mat.T, a).sub_(pos_for_c).mul_(s * factor).to(c.dtype)
         return grad_a, grad_c, grad_s, None, None, None, None
 
 
@@ -194,7 +215,8 @@ def softmax_xent_sum(
         n_classes: number of classes (default: ``max + 1``).
 
     Returns:
-        ``(loss_sum, count)``, 0-d tensors in at least float32; ``count`` has no gradient.
+        ``(loss_sum, count)``, 0-d tensors in at least float32; ``count`` has no gradient. Under
+        ``torch.autocast`` float32 operands are cast to the autocast dtype first (see the module docstring).
 
     Example:
         >>> import torch
@@ -205,10 +227,13 @@ def softmax_xent_sum(
     """
     if n_classes is None:
         n_classes = int(cand_cls.max()) + 1 if cand_cls.numel() else 0
-    scale_t = as_scale(scale, anchors)
-    if needs_grad(anchors, candidates, scale_t):
-        return _SoftmaxXent.apply(anchors, candidates, scale_t, anchor_cls, cand_cls, own, n_classes)
-    value, count, *_ = _xent_forward(anchors, candidates, scale_t, anchor_cls, cand_cls, own, n_classes, False)
+    dtype = compute_dtype(anchors, candidates)
+    with autocast_off(anchors):
+        anchors, candidates = anchors.to(dtype), candidates.to(dtype)
+        scale_t = as_scale(scale, anchors)
+        if needs_grad(anchors, candidates, scale_t):
+            return _SoftmaxXent.apply(anchors, candidates, scale_t, anchor_cls, cand_cls, own, n_classes)
+        value, count, *_ = _xent_forward(anchors, candidates, scale_t, anchor_cls, cand_cls, own, n_classes, False)
     return value, count
 
 
@@ -226,9 +251,8 @@ def _clip_forward(
     The row block's columns are every text of the batch; ``combine_columns`` turns the block's partial column
     log-sum-exps (``-inf`` for a block without rows) into those over every row of the batch.
     """
-    acc = acc_dtype(img.dtype)
     n, m = img.shape[0], txt_all.shape[0]
-    logits = ((img * scale.to(img.dtype)) @ txt_all.T).to(acc)  # (n, M): every logit of these rows, once
+    logits = scaled_products(img, txt_all.T, scale)  # (n, M): every logit of these rows, once
     diag_sum = logits[:, row_start : row_start + n].diagonal().sum()
     row_lse = logits.new_zeros(n)
     col_max = col_part = logits.new_full((m,), -torch.inf)
@@ -308,17 +332,21 @@ def clip_block_sum(
 
     Returns:
         A 0-d tensor in at least float32: the rows' share of the loss sum, whose backward is their share of the
-        gradient of the whole sum (see :class:`_ClipOnePass`).
+        gradient of the whole sum (see :class:`_ClipOnePass`). Under ``torch.autocast`` float32 operands are
+        cast to the autocast dtype first (see the module docstring).
 
     Example:
         >>> import torch
         >>> clip_block_sum(torch.eye(2), torch.eye(2), 1.0) / 2  # the mean over 2 rows
         tensor(0.3133)
     """
-    scale_t = as_scale(scale, img)
-    if needs_grad(img, txt_all, scale_t):
-        return _ClipOnePass.apply(img, txt_all, scale_t, row_start, combine_columns)
-    return _clip_forward(img, txt_all, scale_t, row_start, combine_columns, False)[0]
+    dtype = compute_dtype(img, txt_all)
+    with autocast_off(img):
+        img, txt_all = img.to(dtype), txt_all.to(dtype)
+        scale_t = as_scale(scale, img)
+        if needs_grad(img, txt_all, scale_t):
+            return _ClipOnePass.apply(img, txt_all, scale_t, row_start, combine_columns)
+        return _clip_forward(img, txt_all, scale_t, row_start, combine_columns, False)[0]
 
 
 # --------------------------------------------------------------------------------------------------- SigLIP
@@ -328,8 +356,10 @@ def _sigmoid_forward(
     """Value ``Σ_ij softplus(L_ij) - Σ_i L_ii`` (= ``-Σ log σ(z_ij L_ij)``), ``∂value/∂L = σ(L) - I`` and its sum."""
     acc = acc_dtype(img.dtype)
     n, m = img.shape[0], txt_all.shape[0]
-    bias_block = bias.to(img.dtype).expand(n, m)
-    logits = torch.addmm(bias_block, img * scale.to(img.dtype), txt_all.T).to(acc)
+    if acc == img.dtype:
+        logits = torch.addmm(bias.to(img.dtype).expand(n, m), img * scale.to(img.dtype), txt_all.T)
+    else:  # half-precision operands: float32 logits, the bias added in float32
+        logits = scaled_products(img, txt_all.T, scale).add_(bias.to(acc))
     value = -logits[:, row_start : row_start + n].diagonal().sum()
     for lo in range(0, n, _CHUNK_ROWS):
         value = value + F.softplus(logits[lo : lo + _CHUNK_ROWS]).sum()
@@ -365,7 +395,10 @@ def sigmoid_sum(
         >>> sigmoid_sum(torch.eye(2), torch.eye(2), 10.0, -5.0) / 2
         tensor(0.0134)
     """
-    scale_t, bias_t = as_scale(scale, img), as_scale(bias, img)
-    if needs_grad(img, txt_all, scale_t, bias_t):
-        return _SigmoidRows.apply(img, txt_all, scale_t, bias_t, row_start)
-    return _sigmoid_forward(img, txt_all, scale_t, bias_t, row_start, False)[0]
+    dtype = compute_dtype(img, txt_all)
+    with autocast_off(img):
+        img, txt_all = img.to(dtype), txt_all.to(dtype)
+        scale_t, bias_t = as_scale(scale, img), as_scale(bias, img)
+        if needs_grad(img, txt_all, scale_t, bias_t):
+            return _SigmoidRows.apply(img, txt_all, scale_t, bias_t, row_start)
+        return _sigmoid_forward(img, txt_all, scale_t, bias_t, row_start, False)[0]

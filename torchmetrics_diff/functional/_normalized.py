@@ -28,8 +28,8 @@ def weighted_mean_block(
             excluded with ``torch.where``, so non-finite values there (padding) do not leak in.
 
     Returns:
-        ``(sum(values * weight), sum(weight))``: 0-d tensors; ``weight`` is expanded to ``values``'
-        shape before it is summed.
+        ``(sum(values * weight), sum(weight))``: 0-d tensors in at least float32 (half-precision values are
+        weighted and summed in float32); ``weight`` is expanded to ``values``' shape before it is summed.
 
     Raises:
         ValueError: if ``weight`` or ``mask`` does not broadcast to ``values``' shape, or ``mask`` is not
@@ -48,6 +48,7 @@ def weighted_mean_block(
     if not values.is_floating_point():
         values = values.to(torch.get_default_dtype())
     acc = acc_dtype(values.dtype)
+    values = values.to(acc)  # half precision: weighted and summed in float32 (float32 and float64: unchanged)
     if weight is None:
         weight = torch.ones((), dtype=values.dtype, device=values.device)
     elif not isinstance(weight, Tensor):
@@ -103,8 +104,10 @@ def token_cross_entropy_block(
         label_smoothing: in ``[0, 1]``, as in :func:`torch.nn.functional.cross_entropy`.
 
     Returns:
-        ``(loss_sum, count)``: 0-d tensors; ``count`` is the number of tokens whose target is not
-        ``ignore_index``.
+        ``(loss_sum, count)``: 0-d tensors in at least float32; ``count`` is the number of tokens whose target
+        is not ``ignore_index``. Half-precision logits are cast to float32 first (what autocast does to
+        ``cross_entropy``): the log-sum-exp over the classes is taken in float32, at the cost of a float32
+        copy of the logits.
 
     Raises:
         ValueError: on mismatched shapes, a non-integer target or ``label_smoothing`` outside ``[0, 1]``.
@@ -130,14 +133,14 @@ def token_cross_entropy_block(
         raise ValueError(f"`label_smoothing` must be a number in [0, 1]; got {label_smoothing!r}")
 
     flat_target = target.reshape(-1).long()
+    acc = acc_dtype(logits.dtype)
     per_token = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
+        logits.reshape(-1, logits.shape[-1]).to(acc),
         flat_target,
         ignore_index=ignore_index,
         reduction="none",
         label_smoothing=label_smoothing,
     )
-    acc = acc_dtype(logits.dtype)
     return per_token.to(acc).sum(), as_count((flat_target != ignore_index).sum(), logits)
 
 

@@ -5,6 +5,9 @@ statistics: that is what lets the :mod:`torchmetrics_diff.regression` metrics sy
 collective (``sum`` states, never ``cat``) and keep exact gradients (:ref:`architecture-gradient-contract`). The
 ``*_stats`` functions give the statistics of a batch, the ``*_from_stats`` functions the value; the plain
 functions are both in one call.
+
+The statistics are sums in at least float32 (half-precision inputs are cast to float32 first; Pearson's are
+float64), so the values of half-precision inputs are float32.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.functional._checks import check_positive_int
+from torchmetrics_diff.functional._checks import acc_dtype, check_positive_int
 
 MULTIOUTPUTS = ("raw_values", "uniform_average", "variance_weighted")
 COSINE_REDUCTIONS = ("sum", "mean", "none", None)
@@ -23,7 +26,8 @@ COSINE_REDUCTIONS = ("sum", "mean", "none", None)
 
 # ------------------------------------------------------------------------------------------------ validation
 def _as_float(x: torch.Tensor) -> torch.Tensor:
-    return x if x.is_floating_point() else x.to(torch.get_default_dtype())
+    """``x`` as a floating tensor in at least float32: the statistics are sums, never half-precision ones."""
+    return x.to(acc_dtype(x.dtype)) if x.is_floating_point() else x.to(torch.get_default_dtype())
 
 
 def _check_pair(preds: torch.Tensor, target: torch.Tensor) -> None:
@@ -256,7 +260,7 @@ def pearson_corrcoef(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         tensor(0.9849)
     """
     r = pearson_corrcoef_from_stats(pearson_corrcoef_stats(preds, target, _outputs_of(preds)))
-    return r.to(preds.dtype if preds.is_floating_point() else torch.get_default_dtype())
+    return r.to(acc_dtype(preds.dtype) if preds.is_floating_point() else torch.get_default_dtype())
 
 
 # ------------------------------------------------------------------------------------------ cosine similarity

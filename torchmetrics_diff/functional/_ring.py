@@ -25,6 +25,11 @@ streamed blocks where those score one block held whole):
 The terms that only involve a rank's own rows (CLIP's and SigLIP's diagonal, InfoNCE's positive when it is the
 other local view) are plain autograd outside the kernels.
 
+Mixed precision as in :mod:`._kernels`: under ``torch.autocast`` float32 inputs are cast to the autocast dtype (the
+blocks travel in it), the kernels run with autocast off, every tile's logits and statistics are float32
+(:func:`~._checks.mm_acc`), the gradient buffers that travel are float32, and the gradients reach the inputs in
+their dtype.
+
 The ``ring_*`` functions are the ring implementations of the ``global_*`` losses (:mod:`._global`), which check
 the inputs and options (:func:`~._strategy.check_options`) before the first collective; called directly, they
 take checked inputs.
@@ -42,8 +47,19 @@ from torch import Tensor
 from torchmetrics_diff.distributed import all_gather_cat, gather_all_tensors
 from torchmetrics_diff.distributed._backend import Group, dtype_code, dtype_from_code
 from torchmetrics_diff.distributed._ring import Ring, circulate
-from torchmetrics_diff.functional._checks import Scalar, acc_dtype, as_count, as_scale, needs_grad, reciprocal
-from torchmetrics_diff.functional._contrastive import class_ids
+from torchmetrics_diff.functional._checks import (
+    HALF,
+    Scalar,
+    acc_dtype,
+    as_count,
+    as_scale,
+    autocast_off,
+    compute_dtype,
+    mm_acc,
+    needs_grad,
+    reciprocal,
+)
+from torchmetrics_diff.functional._contrastive import class_ids, unit_rows
 from torchmetrics_diff.functional._strategy import Options, sharded_value
 
 
@@ -97,7 +113,9 @@ def _plan(group: Group, block: Tensor, tile: int, wants_grad: bool, extra: Seque
 
 def _logits(a: Tensor, chunk: Tensor, scale: Tensor) -> Tensor:
     """``(s·A) @ C.T`` of a tile, in the accumulation dtype; the scale multiplies the (tile, D) chunk, not A."""
-    return (a @ (chunk * scale.to(chunk.dtype)).T).to(acc_dtype(a.dtype))
+    if acc_dtype(a.dtype) == a.dtype:
+        return a @ (chunk * scale.to(chunk.dtype)).T
+    return mm_acc(a, chunk.T).mul_(scale.to(acc_dtype(a.dtype)))  # half precision: the scale on the products
 
 
 def _lse(logits: Tensor, dim: int, out: Tensor | None = None) -> Tensor:
@@ -116,8 +134,20 @@ def _tile_grads(h: Tensor, part: Tensor, g_mat: Tensor, a: Tensor, chunk: Tensor
     if h.dtype == g_mat.dtype:
         h.addmm_(g_mat, chunk)
     else:
-        h.add_(g_mat @ chunk)
-    part.copy_(g_mat.T @ a)
+        h.add_(mm_acc(g_mat, chunk))
+    part.copy_(mm_acc(g_mat.T, a))
+
+
+def _g_unit(g: Tensor, dtype: torch.dtype) -> Tensor | None:
+    """With half-precision operands, a power of two near ``|g|``, the output gradient the backward folds into G.
+
+    G is divided by it before its rounding to half precision and the products are multiplied by it after (both
+    exact), so that a small output gradient (``1/N`` of a mean) cannot push G's entries below half precision's
+    range (float16's smallest normal number is 6e-5). ``None`` for float32 and float64 operands.
+    """
+    if dtype not in HALF:
+        return None
+    return torch.exp2(torch.round(torch.log2(g.abs().clamp_min(torch.finfo(g.dtype).tiny))))
 
 
 def _grads(
@@ -189,6 +219,8 @@ class _RingXent(torch.autograd.Function):
         a_cls = cls_all[plan.starts[rank] : plan.starts[rank] + z.shape[0]]
         acc = lse.dtype
         h = torch.zeros(z.shape, dtype=acc, device=z.device)
+        unit = _g_unit(g, z.dtype)
+        factor = scale.to(acc) if unit is None else scale.to(acc) * unit
 
         def visit(owner: int, block: list[Tensor]) -> Tensor:
             cand = block[0]
@@ -196,11 +228,15 @@ class _RingXent(torch.autograd.Function):
             for lo, hi in plan.tiles(owner):
                 c_cls = cls_all[plan.starts[owner] + lo : plan.starts[owner] + hi]
                 logits, same = _xent_tile(z, cand[lo:hi], scale, owner == rank, lo, a_cls, c_cls)
-                g_mat = logits.sub_(lse_safe).exp_().mul_(row_coef).sub_(same * pos_coef).to(z.dtype)
-                _tile_grads(h, part[lo:hi], g_mat, z, cand[lo:hi])
-            return part.mul_(scale.to(acc))
+                g_mat = logits.sub_(lse_safe).exp_().mul_(row_coef).sub_(same * pos_coef)
+                if unit is not None:
+                    g_mat.div_(unit)
+                _tile_grads(h, part[lo:hi], g_mat.to(z.dtype), z, cand[lo:hi])
+            return part.mul_(factor)
 
         home = circulate(plan.ring, [z.detach()], plan.empty_block, visit, plan.empty_grad)
+        if unit is not None:
+            h.mul_(unit)
         grad_z, _, grad_s = _grads(ctx.needs_input_grad[1], z, scale, h, home, same=True)
         return grad_z, grad_s, None, None, None
 
@@ -238,21 +274,27 @@ def _stream_clip(img: Tensor, txt: Tensor, scale: Tensor, plan: _Plan) -> tuple[
 
 
 class _RingClip(torch.autograd.Function):
+    """``Σ row lse + Σ own column lse``; with ``fold_diagonal`` its backward also carries the gradient of
+    ``-2 Σ_i L_ii`` (the caller's diagonal term, then detached) inside ``G`` (see :func:`ring_clip_loss`)."""
+
     @staticmethod
-    def forward(ctx: Any, img: Tensor, txt: Tensor, scale: Tensor, plan: _Plan) -> Tensor:
+    def forward(ctx: Any, img: Tensor, txt: Tensor, scale: Tensor, plan: _Plan, fold_diagonal: bool) -> Tensor:
         value, row_lse, col_lse = _stream_clip(img, txt, scale, plan)
         ctx.save_for_backward(img, txt, scale, row_lse, col_lse)
-        ctx.plan = plan
+        ctx.plan, ctx.fold_diagonal = plan, fold_diagonal
         return value
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         img, txt, scale, row_lse, col_lse = ctx.saved_tensors
         plan: _Plan = ctx.plan
+        fold, rank = ctx.fold_diagonal, plan.ring.rank
         acc = row_lse.dtype
         g = grad_out.to(acc)
         h = torch.zeros(img.shape, dtype=acc, device=img.device)
         row_lse = row_lse[:, None]
+        unit = _g_unit(g, img.dtype)
+        factor = scale.to(acc) if unit is None else scale.to(acc) * unit
 
         def visit(owner: int, block: list[Tensor]) -> Tensor:
             cand, info = block  # info: the owner's column log-sum-exps, then its output gradient
@@ -260,18 +302,24 @@ class _RingClip(torch.autograd.Function):
             for lo, hi in plan.tiles(owner):
                 logits = _logits(img, cand[lo:hi], scale)
                 by_row = torch.sub(logits, row_lse).exp_().mul_(g)
-                g_mat = logits.sub_(info[lo:hi][None, :]).exp_().mul_(info[-1]).add_(by_row).to(img.dtype)
+                g_mat = logits.sub_(info[lo:hi][None, :]).exp_().mul_(info[-1]).add_(by_row)
                 del by_row
-                _tile_grads(h, part[lo:hi], g_mat, img, cand[lo:hi])
-            return part.mul_(scale.to(acc))
+                if fold and owner == rank:  # the diagonal term's -2g, before G is rounded to half precision
+                    g_mat[lo:hi].diagonal().sub_(2 * g)
+                if unit is not None:
+                    g_mat.div_(unit)
+                _tile_grads(h, part[lo:hi], g_mat.to(img.dtype), img, cand[lo:hi])
+            return part.mul_(factor)
 
         def empty_block(owner: int) -> list[Tensor]:
             return [*plan.empty_block(owner), torch.empty(plan.rows[owner] + 1, dtype=acc, device=img.device)]
 
         own = [txt.detach(), torch.cat([col_lse, g.reshape(1)])]
         home = circulate(plan.ring, own, empty_block, visit, plan.empty_grad)
+        if unit is not None:
+            h.mul_(unit)
         grad_img, grad_txt, grad_s = _grads(ctx.needs_input_grad[2], img, scale, h, home, same=False)
-        return grad_img, grad_txt, grad_s, None
+        return grad_img, grad_txt, grad_s, None, None
 
 
 # -------------------------------------------------------------------------------------------------- SigLIP
@@ -289,34 +337,48 @@ def _stream_sigmoid(img: Tensor, txt: Tensor, scale: Tensor, bias: Tensor, plan:
 
 
 class _RingSigmoid(torch.autograd.Function):
+    """``Σ softplus(L + b)``; with ``fold_diagonal`` its backward also carries the gradient of ``-Σ_i (L_ii + b)``
+    (the caller's diagonal term, then detached) inside ``G`` (see :func:`ring_siglip_loss`)."""
+
     @staticmethod
-    def forward(ctx: Any, img: Tensor, txt: Tensor, scale: Tensor, bias: Tensor, plan: _Plan) -> Tensor:
+    def forward(
+        ctx: Any, img: Tensor, txt: Tensor, scale: Tensor, bias: Tensor, plan: _Plan, fold_diagonal: bool
+    ) -> Tensor:
         ctx.save_for_backward(img, txt, scale, bias)
-        ctx.plan = plan
+        ctx.plan, ctx.fold_diagonal = plan, fold_diagonal
         return _stream_sigmoid(img, txt, scale, bias, plan)
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         img, txt, scale, bias = ctx.saved_tensors
         plan: _Plan = ctx.plan
+        fold, rank = ctx.fold_diagonal, plan.ring.rank
         acc = acc_dtype(img.dtype)
         g, b = grad_out.to(acc), bias.to(acc)
         h = torch.zeros(img.shape, dtype=acc, device=img.device)
         grad_b = torch.zeros((), dtype=acc, device=img.device)
+        unit = _g_unit(g, img.dtype)
+        factor = scale.to(acc) if unit is None else scale.to(acc) * unit
 
         def visit(owner: int, block: list[Tensor]) -> Tensor:
             cand = block[0]
             part = torch.empty(cand.shape, dtype=acc, device=cand.device)
             for lo, hi in plan.tiles(owner):
                 g_acc = _logits(img, cand[lo:hi], scale).add_(b).sigmoid_().mul_(g)
+                if fold and owner == rank:  # the diagonal term's -g, before G is rounded to half precision
+                    g_acc[lo:hi].diagonal().sub_(g)
                 grad_b.add_(g_acc.sum())
+                if unit is not None:
+                    g_acc.div_(unit)
                 _tile_grads(h, part[lo:hi], g_acc.to(img.dtype), img, cand[lo:hi])
-            return part.mul_(scale.to(acc))
+            return part.mul_(factor)
 
         home = circulate(plan.ring, [txt.detach()], plan.empty_block, visit, plan.empty_grad)
+        if unit is not None:
+            h.mul_(unit)
         grad_img, grad_txt, grad_s = _grads(ctx.needs_input_grad[2], img, scale, h, home, same=False)
         grad_bias = grad_b.to(bias.dtype) if ctx.needs_input_grad[3] else None
-        return grad_img, grad_txt, grad_s, grad_bias, None
+        return grad_img, grad_txt, grad_s, grad_bias, None, None
 
 
 # ------------------------------------------------------------------------------------------- the losses
@@ -335,13 +397,19 @@ def ring_clip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Scala
         >>> ring_clip_loss(torch.eye(2), torch.eye(2), 1.0, check_options("ring", None, "mean", 1))
         tensor(0.3133)
     """
-    dtype = torch.promote_types(image_embeds.dtype, text_embeds.dtype)
-    img, txt = image_embeds.to(dtype), text_embeds.to(dtype)
-    scale_t = as_scale(logit_scale, img)
-    wants = needs_grad(img, txt, scale_t)
-    plan = _plan(options.group, txt, options.tile, wants)
-    both = _RingClip.apply(img, txt, scale_t, plan) if wants else _stream_clip(img, txt, scale_t, plan)[0]
-    diag = ((img * txt).sum() * scale_t.to(dtype)).to(both.dtype)
+    dtype = compute_dtype(image_embeds, text_embeds)
+    with autocast_off(image_embeds):
+        img, txt = image_embeds.to(dtype), text_embeds.to(dtype)
+        scale_t = as_scale(logit_scale, img)
+        wants = needs_grad(img, txt, scale_t)
+        plan = _plan(options.group, txt, options.tile, wants)
+        # half precision: the diagonal's gradient goes inside G, whose diagonal entries are then small (rounding
+        # p + q - 2 rather than p + q to half precision); float32 and float64 keep it outside, in autograd
+        fold = wants and dtype in HALF
+        both = _RingClip.apply(img, txt, scale_t, plan, fold) if wants else _stream_clip(img, txt, scale_t, plan)[0]
+        acc = both.dtype
+        diag = (img.to(acc) * txt.to(acc)).sum() * scale_t.to(acc)  # in float32 at least: a sum over the rows
+        diag = diag.detach() if fold else diag
     return _value(both / 2 - diag, as_count(img.shape[0], both), plan, options)
 
 
@@ -356,17 +424,20 @@ def ring_siglip_loss(
         >>> ring_siglip_loss(torch.eye(2), torch.eye(2), 10.0, -5.0, check_options("ring", None, "mean", 1))
         tensor(0.0134)
     """
-    dtype = torch.promote_types(image_embeds.dtype, text_embeds.dtype)
-    img, txt = image_embeds.to(dtype), text_embeds.to(dtype)
-    scale_t, bias_t = as_scale(logit_scale, img), as_scale(logit_bias, img)
-    wants = needs_grad(img, txt, scale_t, bias_t)
-    plan = _plan(options.group, txt, options.tile, wants)
-    if wants:
-        negatives = _RingSigmoid.apply(img, txt, scale_t, bias_t, plan)
-    else:
-        negatives = _stream_sigmoid(img, txt, scale_t, bias_t, plan)
-    acc = negatives.dtype
-    diag = ((img * txt).sum() * scale_t.to(dtype)).to(acc) + img.shape[0] * bias_t.to(acc)
+    dtype = compute_dtype(image_embeds, text_embeds)
+    with autocast_off(image_embeds):
+        img, txt = image_embeds.to(dtype), text_embeds.to(dtype)
+        scale_t, bias_t = as_scale(logit_scale, img), as_scale(logit_bias, img)
+        wants = needs_grad(img, txt, scale_t, bias_t)
+        plan = _plan(options.group, txt, options.tile, wants)
+        fold = wants and dtype in HALF  # the diagonal's gradient inside G, as in ring_clip_loss
+        if wants:
+            negatives = _RingSigmoid.apply(img, txt, scale_t, bias_t, plan, fold)
+        else:
+            negatives = _stream_sigmoid(img, txt, scale_t, bias_t, plan)
+        acc = negatives.dtype
+        diag = (img.to(acc) * txt.to(acc)).sum() * scale_t.to(acc) + img.shape[0] * bias_t.to(acc)
+        diag = diag.detach() if fold else diag
     return _value(negatives - diag, as_count(img.shape[0], negatives), plan, options)
 
 
@@ -381,14 +452,16 @@ def ring_info_nce_loss(z1: Tensor, z2: Tensor, temperature: Scalar, options: Opt
         tensor(0.2395)
     """
     n = z1.shape[0]
-    z = F.normalize(torch.cat([z1, z2.to(z1.dtype)]), dim=1)  # this rank's 2n candidates: view 1, then view 2
-    scale_t = as_scale(reciprocal(temperature), z)
-    plan = _plan(options.group, z, options.tile, needs_grad(z, scale_t))
-    # class of a candidate = its global sample index; the other view is an anchor's only positive
-    samples = [torch.arange(s // 2, s // 2 + r // 2, device=z.device) for s, r in zip(plan.starts, plan.rows)]
-    cls_all = torch.cat([torch.cat([idx, idx]) for idx in samples])
-    weight = torch.ones(2 * n, dtype=acc_dtype(z.dtype), device=z.device)
-    total = _xent_sum(z, scale_t, plan, cls_all, weight)
+    dtype = compute_dtype(z1, z2)  # (asked before autocast is turned off)
+    with autocast_off(z1):
+        z = unit_rows(torch.cat([z1, z2.to(z1.dtype)])).to(dtype)  # this rank's 2n candidates: view 1, then view 2
+        scale_t = as_scale(reciprocal(temperature), z)
+        plan = _plan(options.group, z, options.tile, needs_grad(z, scale_t))
+        # class of a candidate = its global sample index; the other view is an anchor's only positive
+        samples = [torch.arange(s // 2, s // 2 + r // 2, device=z.device) for s, r in zip(plan.starts, plan.rows)]
+        cls_all = torch.cat([torch.cat([idx, idx]) for idx in samples])
+        weight = torch.ones(2 * n, dtype=acc_dtype(z.dtype), device=z.device)
+        total = _xent_sum(z, scale_t, plan, cls_all, weight)
     return _value(total, as_count(2 * n, total), plan, options)
 
 
@@ -403,7 +476,15 @@ def ring_supcon_loss(features: Tensor, labels: Tensor | None, temperature: Scala
         tensor(0.4846)
     """
     n, views = features.shape[0], features.shape[1] if features.ndim == 3 else 1
-    z = F.normalize(features.reshape(n * views, features.shape[-1]), dim=1)  # sample-major views
+    dtype = compute_dtype(features)  # (asked before autocast is turned off)
+    with autocast_off(features):
+        z = unit_rows(features.reshape(n * views, features.shape[-1])).to(dtype)  # sample-major views
+        return _ring_supcon(z, n, views, labels, temperature, options)
+
+
+def _ring_supcon(
+    z: Tensor, n: int, views: int, labels: Tensor | None, temperature: Scalar, options: Options
+) -> Tensor:
     scale_t = as_scale(reciprocal(temperature), z)
     extra = [("views per sample", views), ("whether labels are given", int(labels is not None))]
     plan = _plan(options.group, z, options.tile, needs_grad(z, scale_t), extra)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torchmetrics_diff.functional._checks import check_ignore_index
+from torchmetrics_diff.functional._checks import acc_dtype, check_ignore_index
 
 
 def perplexity_stats(
@@ -13,7 +13,8 @@ def perplexity_stats(
     """``(Σ -log p(target), number of tokens)`` over the tokens whose target is not ``ignore_index``.
 
     ``preds`` are logits or log-probabilities ``(B, T, V)`` (a log-softmax over ``V`` is applied; it leaves
-    log-probabilities unchanged), ``target`` ``(B, T)`` token ids in ``[0, V)`` or ``ignore_index``.
+    log-probabilities unchanged), ``target`` ``(B, T)`` token ids in ``[0, V)`` or ``ignore_index``. The sum is in
+    at least float32 (half-precision ``preds`` get their log-softmax in float32).
 
     Raises:
         ValueError: wrong shapes or dtypes, or target ids out of range.
@@ -31,7 +32,8 @@ def perplexity_stats(
     bad = keep & ((t < 0) | (t >= vocab))
     if bool(bad.any()):
         raise ValueError(f"`target` ids must lie in [0, {vocab - 1}] or be ignore_index; found {t[bad][:5].tolist()}")
-    log_probs = torch.log_softmax(preds.reshape(-1, vocab), dim=-1)
+    # half-precision logits: the log-softmax in float32 (as autocast runs it), so the sum is float32 too
+    log_probs = torch.log_softmax(preds.reshape(-1, vocab).to(acc_dtype(preds.dtype)), dim=-1)
     picked = log_probs.gather(1, torch.where(keep, t, 0).long()[:, None])[:, 0]
     # where, not a product: an ignored position may hold -inf (a masked vocabulary), and -inf * 0 is NaN
     return -torch.where(keep, picked, torch.zeros_like(picked)).sum(), keep.sum()
