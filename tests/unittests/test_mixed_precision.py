@@ -540,6 +540,7 @@ def test_token_cross_entropy_of_half_logits_is_float32() -> None:
     assert logits.grad.dtype == torch.bfloat16
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")
 @pytest.mark.parametrize("dtype", HALF)
 def test_losses_under_cuda_autocast(dtype: torch.dtype) -> None:
