@@ -175,6 +175,17 @@ def _run_losses(rank: int, world: int, sizes: tuple[int, ...]) -> list[dict[str,
     return out
 
 
+def _dtype_problems(where: str, case: dict[str, Any]) -> list[str]:
+    """A float32 value, and every input's gradient in that input's dtype."""
+    out = []
+    if case["dtype"] != torch.float32:
+        out.append(f"{where}: value dtype {case['dtype']}, expected torch.float32")
+    for x_dtype, g_dtype in case["grad_dtypes"]:
+        if g_dtype != x_dtype:
+            out.append(f"{where}: gradient dtype {g_dtype} for an input of {x_dtype}")
+    return out
+
+
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_losses_under_autocast(world_size: int) -> None:
     """Every loss and strategy under bf16/fp16 autocast: float32 value, gradients in the input dtype, errors
@@ -198,11 +209,7 @@ def test_losses_under_autocast(world_size: int) -> None:
         value_bound, grad_bound = LOSS_BOUNDS[dtype]
         for rank, r in enumerate(results):
             case = r[i]
-            if case["dtype"] != torch.float32:
-                problems.append(f"{where} rank {rank}: value dtype {case['dtype']}, expected torch.float32")
-            for x_dtype, g_dtype in case["grad_dtypes"]:
-                if g_dtype != x_dtype:
-                    problems.append(f"{where} rank {rank}: gradient dtype {g_dtype} for an input of {x_dtype}")
+            problems.extend(_dtype_problems(f"{where} rank {rank}", case))
             for name, state_dtype in case["states"].items():
                 if state_dtype in HALF:
                     problems.append(f"{where} rank {rank}: state {name} in {state_dtype}")
@@ -337,11 +344,7 @@ def test_metrics_under_autocast(world_size: int) -> None:
         value_bound, grad_bound = METRIC_BOUNDS[dtype] if form == "half" else (1e-5, 1e-5)
         for rank, r in enumerate(results):
             case = r[i]
-            if case["dtype"] != torch.float32:
-                problems.append(f"{where} rank {rank}: value dtype {case['dtype']}, expected torch.float32")
-            for x_dtype, g_dtype in case["grad_dtypes"]:
-                if g_dtype != x_dtype:
-                    problems.append(f"{where} rank {rank}: gradient dtype {g_dtype} for an input of {x_dtype}")
+            problems.extend(_dtype_problems(f"{where} rank {rank}", case))
             for when, states in case["states"].items():
                 for state, dtypes in states.items():
                     if any(dt in HALF for dt in dtypes):
