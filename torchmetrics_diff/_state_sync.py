@@ -60,7 +60,12 @@ def scaled(spec: SyncSpec, states: dict[str, Any], group: Group) -> dict[str, An
 
 
 def sync_metrics(
-    specs: dict[str, SyncSpec], states: dict[str, dict[str, Any]], group: Group, plan: SyncPlan, grad: str
+    specs: dict[str, SyncSpec],
+    states: dict[str, dict[str, Any]],
+    group: Group,
+    plan: SyncPlan,
+    grad: str,
+    call: str = "sync",
 ) -> dict[str, dict[str, Any]]:
     """Sync the states of several metrics in one engine call (the same buckets); returns them per metric.
 
@@ -71,18 +76,21 @@ def sync_metrics(
         group: the process group.
         plan: the caller's :class:`~torchmetrics_diff.distributed._sync.SyncPlan`.
         grad: ``"none"`` or ``"local"`` (each metric's ``grad_reduction`` scales its local gradient).
+        call: what the sync is for (``"forward"``, ``"sync"``): names it in the header every rank exchanges first.
 
     Returns:
         key -> the synced states; a list state comes back as a one-element list holding every rank's rows.
     """
     if any(spec.callable_lists for spec in specs.values()):
-        return _sync_callable_lists(specs, states, group, plan, grad)
+        return _sync_callable_lists(specs, states, group, plan, grad, call)
     if len(specs) == 1 and "" in specs:  # one metric under its own names (Metric.sync, forward): no renaming
         spec, own = specs[""], states[""]
         own = scaled(spec, own, group) if grad == "local" else own
         every = spec.reductions  # states in add_state order, as metric_state and the batch states are
         reductions = every if len(own) == len(every) else {name: every[name] for name in own}
-        synced = sync_states(own, reductions, group, plan=plan, grad=grad, owner=spec.owner, device=spec.device)
+        synced = sync_states(
+            own, reductions, group, plan=plan, grad=grad, owner=spec.owner, device=spec.device, call=call
+        )
         return {"": _as_lists(spec, synced)}
     names = {key: {name: f"{key}.{name}" if key else name for name in states[key]} for key in specs}
     owned = {key: scaled(s, states[key], group) if grad == "local" else states[key] for key, s in specs.items()}
@@ -90,7 +98,7 @@ def sync_metrics(
     reductions = {names[key][name]: specs[key].reductions[name] for key, own in owned.items() for name in own}
     first = next(iter(specs.values()))
     owner = first.owner if len(specs) == 1 else "MetricCollection"
-    synced = sync_states(flat, reductions, group, plan=plan, grad=grad, owner=owner, device=first.device)
+    synced = sync_states(flat, reductions, group, plan=plan, grad=grad, owner=owner, device=first.device, call=call)
     return {
         key: _as_lists(spec, {name: synced[flat_name] for name, flat_name in names[key].items()})
         for key, spec in specs.items()
@@ -111,7 +119,7 @@ def _as_cat(spec: SyncSpec) -> SyncSpec:
 
 
 def _sync_callable_lists(
-    specs: dict[str, SyncSpec], states: dict[str, dict[str, Any]], group: Group, plan: SyncPlan, grad: str
+    specs: dict[str, SyncSpec], states: dict[str, dict[str, Any]], group: Group, plan: SyncPlan, grad: str, call: str
 ) -> dict[str, dict[str, Any]]:
     """:func:`sync_metrics` for metrics with list states whose reduction is a callable.
 
@@ -128,7 +136,7 @@ def _sync_callable_lists(
                 own[name + _ROWS] = torch.tensor([_rows_of(own[name])], dtype=torch.int64, device=spec.device)
         sent_specs[key] = _as_cat(spec) if spec.callable_lists else spec
         sent[key] = own
-    synced = sync_metrics(sent_specs, sent, group, plan, grad)
+    synced = sync_metrics(sent_specs, sent, group, plan, grad, call)
     for key, spec in specs.items():
         values = synced[key]
         for name in spec.callable_lists:

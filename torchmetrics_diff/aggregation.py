@@ -78,6 +78,12 @@ class BaseAggregator(Metric):
             value = value.to(self.dtype)
         return value
 
+    def _nans_on_device(self) -> bool:
+        """Whether eager code handles NaNs without reading anything back: a float replaces them, and ``"warn"`` and
+        ``"ignore"`` give them the reduction's neutral element (``"warn"`` counts them, :meth:`_warn_nans`)."""
+        strategy = self.nan_strategy
+        return isinstance(strategy, float) or (strategy in ("warn", "ignore") and self._neutral is not None)
+
     def _nan_mask(self, value: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor | None:
         """Boolean mask of the entries to keep, or ``None`` when all are kept (no work on the hot path)."""
         if self.nan_strategy == "disable":
@@ -87,6 +93,10 @@ class BaseAggregator(Metric):
             isinstance(self.nan_strategy, float) or (self.nan_strategy == "ignore" and self._neutral is not None)
         ):
             return ~nans  # traced: NaNs replaced whatever the data (_replace_or_drop), no host decision
+        if not compiling() and self._nans_on_device():
+            if self.nan_strategy == "warn":
+                self._count_nans(nans.sum())
+            return ~nans  # replaced whatever the data: no host round trip
         if not bool(nans.any()):
             return None
         where = "`value`" if weight is None else "`value` or `weight`"
@@ -98,13 +108,68 @@ class BaseAggregator(Metric):
             )
         return ~nans
 
+    def _count_nans(self, seen: torch.Tensor) -> None:
+        """Add ``seen`` NaNs to the count :meth:`_warn_nans` reports (on the device: nothing is read)."""
+        pending = self.__dict__.get("_nans_seen")
+        self.__dict__["_nans_seen"] = seen if pending is None else pending + seen
+
+    def _nan_free_total(self, value: torch.Tensor, counted: bool) -> tuple[torch.Tensor, Any] | None:
+        """Eager ``"warn"``/``"ignore"`` of a real tensor: ``(sum of its non-NaN values, its NaNs or None)``,
+        computed on the device (``"warn"`` counts them for :meth:`_warn_nans`); ``None`` for the other cases.
+
+        ``counted``: the caller needs the number of NaNs (a mean's weight).
+        """
+        strategy = self.nan_strategy
+        if strategy not in ("warn", "ignore") or value.is_complex() or compiling():
+            return None
+        nans = torch.isnan(value).sum() if counted or strategy == "warn" else None
+        if strategy == "warn":
+            self._count_nans(nans)
+        acc = acc_dtype(value.dtype)
+        return (value.nansum() if acc == value.dtype else value.nansum(dtype=acc)), nans
+
+    def _warn_nans(self) -> None:
+        """Warn about the NaNs ``"warn"`` dropped since the last report: one host read, at ``compute()`` or
+        ``reset()`` (never in ``forward``)."""
+        state = self.__dict__
+        if compiling() or state.get("_nans_seen") is None or state.get("_in_batch_value"):
+            return
+        count = int(state.pop("_nans_seen"))
+        if count:
+            where = "`value` or `weight`" if isinstance(self, MeanMetric) else "`value`"
+            warnings.warn(
+                f"{type(self).__name__}: {count} NaN(s) in {where} dropped (nan_strategy='warn'; counted on the "
+                "device and reported at the next compute() or reset())",
+                UserWarning,
+                stacklevel=6,
+            )
+
+    def _batch_value(self) -> Any:
+        """``forward``'s value: the compute of the batch states, which reports no NaN (that would be a host read)."""
+        if compiling():  # traced code never counts NaNs for a later report
+            return super()._batch_value()
+        state = self.__dict__
+        state["_in_batch_value"] = True
+        try:
+            return super()._batch_value()
+        finally:
+            state["_in_batch_value"] = False
+
+    def reset(self) -> None:
+        """Report the NaNs dropped since the last ``compute()`` (``nan_strategy="warn"``), then reset."""
+        self._warn_nans()
+        super().reset()
+
     def _nan_free_sum(self, value: torch.Tensor) -> torch.Tensor | None:
         """``value.sum()`` when ``value`` holds no NaN for the ``nan_strategy`` to act on, else ``None``.
 
         A NaN anywhere makes the sum NaN, so one host read of the sum clears the common case without building
         the mask (an infinite sum of opposite infinities also reads NaN: the caller then checks the mask). Eager
-        mode only: under ``torch.compile`` the host read would be a graph break of its own.
+        mode only: under ``torch.compile`` the host read would be a graph break of its own. ``None`` without
+        reading when the NaNs are handled on the device (:meth:`_nans_on_device`).
         """
+        if self._nans_on_device():
+            return None
         total = _sum(value)
         if self.nan_strategy == "disable":
             return total
@@ -120,12 +185,14 @@ class BaseAggregator(Metric):
         """Its NaNs replaced by the ``nan_strategy`` float, or the entries not kept dropped."""
         if isinstance(self.nan_strategy, float):
             return torch.where(torch.isnan(value), torch.full_like(value, self.nan_strategy), value)
-        if compiling() and self.nan_strategy == "ignore" and self._neutral is not None:  # a NaN counts as neutral
+        if self._neutral is not None and (not compiling() or self.nan_strategy == "ignore"):
+            # a NaN counts as the neutral element (traced "ignore"; eager "warn" and "ignore"): no data-dependent shape
             return torch.where(keep, value, torch.full_like(value, self._neutral))
         return value[keep]
 
     def compute(self) -> torch.Tensor:
         """The aggregated value."""
+        self._warn_nans()
         return getattr(self, self.state_name)
 
 
@@ -155,6 +222,10 @@ class SumMetric(BaseAggregator):
     def update(self, value: torch.Tensor | float) -> None:
         """Add ``value`` (any shape) to the sum."""
         value = self._as_tensor(value)
+        fast = self._nan_free_total(value, counted=False)
+        if fast is not None:  # NaNs left out on the device
+            self.sum_value = self.sum_value + fast[0]
+            return
         total = None if compiling() else self._nan_free_sum(value)
         self.sum_value = self.sum_value + (total if total is not None else _sum(self._clean(value)))
 
@@ -287,14 +358,26 @@ class MeanMetric(BaseAggregator):
         traced_ignore = self.nan_strategy == "ignore" and compiling()  # NaNs get weight 0: the weighted path
         # the common case: a finite scalar weight, no weight tensor (NaN != NaN)
         if scalar and weight == weight and not traced_ignore:
+            fast = self._nan_free_total(value, counted=True)
+            if fast is not None:  # NaNs left out on the device: their count comes off the weight
+                total, nans = fast
+                kept = value.numel() - nans
+                self.mean_value = self.mean_value + (total if weight == 1 else total * weight)
+                self.weight = self.weight + (kept if weight == 1 else kept * weight)
+                return
             total = None if compiling() else self._nan_free_sum(value)
+            count: Any = value.numel()
             if total is None:
                 keep = self._nan_mask(value)
                 if keep is not None:
-                    value = self._replace_or_drop(value, keep)
+                    kept = self._replace_or_drop(value, keep)
+                    replaced = isinstance(self.nan_strategy, float)
+                    # NaNs given weight 0 in place (on the device), or dropped (their count read on the host)
+                    count = keep.sum() if kept.shape == value.shape and not replaced else kept.numel()
+                    value = kept
                 total = _sum(value)
             self.mean_value = self.mean_value + (total if weight == 1 else total * weight)
-            self.weight = self.weight + value.numel() * weight
+            self.weight = self.weight + count * weight
             return
         weight = self._as_tensor(weight, "weight")
         try:
@@ -307,7 +390,7 @@ class MeanMetric(BaseAggregator):
         if keep is not None:
             if isinstance(self.nan_strategy, float):  # NaNs of both replaced by the float
                 value, weight = self._replace_or_drop(value, keep), self._replace_or_drop(weight, keep)
-            elif traced_ignore:  # a NaN value or weight counts with weight 0 (no data-dependent shape)
+            elif traced_ignore or (not compiling() and self._nans_on_device()):  # weight 0 for NaNs, on the device
                 value, weight = torch.where(keep, value, 0.0), torch.where(keep, weight, 0.0)
             else:
                 value, weight = value[keep], weight[keep]
@@ -317,4 +400,5 @@ class MeanMetric(BaseAggregator):
 
     def compute(self) -> torch.Tensor:
         """``Σ wᵢ xᵢ / Σ wᵢ`` (NaN when the weights sum to zero)."""
+        self._warn_nans()
         return self.mean_value / self.weight

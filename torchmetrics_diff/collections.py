@@ -300,7 +300,7 @@ class MetricCollection(nn.ModuleDict):
             for group, members in syncing.items():
                 specs = {n: m._sync_spec() for n, m in members.items()}
                 batches = {n: steps[n].batch for n in members}
-                synced = sync_metrics(specs, batches, group, self._plan("step", group), "local")
+                synced = sync_metrics(specs, batches, group, self._plan("step", group), "local", "forward")
                 for n, states in synced.items():
                     leaders[n]._sync_batch(steps[n], states)
             self._share_group_states()

@@ -239,8 +239,7 @@ class Metric(nn.Module):
             raise ValueError(f"`dist_sync_fn` must be callable or None; got {type(dist_sync_fn).__name__}")
         if distributed_available_fn is not None and not callable(distributed_available_fn):
             raise ValueError(
-                "`distributed_available_fn` must be callable or None; "
-                f"got {type(distributed_available_fn).__name__}"
+                f"`distributed_available_fn` must be callable or None; got {type(distributed_available_fn).__name__}"
             )
         self.dist_sync_on_step = dist_sync_on_step
         self.sync_on_compute = sync_on_compute
@@ -693,7 +692,8 @@ class Metric(nn.Module):
         """Synced copies of ``states`` (list states become a one-element list holding the concatenation)."""
         if self.dist_sync_fn is not None:
             return gather_each(self._sync_spec(), states, self.dist_sync_fn, self.process_group, grad)
-        return sync_metrics({"": self._sync_spec()}, {"": states}, self.process_group, self._plan(grad), grad)[""]
+        call = "forward" if grad == "local" else "sync"
+        return sync_metrics({"": self._sync_spec()}, {"": states}, self.process_group, self._plan(grad), grad, call)[""]
 
     def _plan(self, grad: str) -> SyncPlan:
         """Step syncs (batch states, input dtype) and epoch syncs (accumulators) keep separate agreed plans."""

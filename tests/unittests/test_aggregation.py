@@ -72,9 +72,9 @@ def test_nan_strategy(name: str, strategy: Any) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         metric.update(data)
+        value = metric.compute().numpy()  # "warn" reports the NaNs here (CatMetric: in update)
     nan_warnings = [w for w in caught if "NaN" in str(w.message)]
     assert bool(nan_warnings) == (strategy == "warn"), f"{case}: warnings {[str(w.message) for w in caught]}"
-    value = metric.compute().numpy()
     if strategy == "disable":
         expected = np.asarray(NAN_DATA) if name == "cat" else np.asarray(np.nan)
         np.testing.assert_array_equal(np.isnan(value), np.isnan(expected), err_msg=case)
@@ -148,3 +148,26 @@ def test_min_max_gradient_from_infinite_default_has_no_nan(cls: type) -> None:
     assert torch.isfinite(x.grad).all(), f"{cls.__name__}: gradient {x.grad}"
     torch.testing.assert_close(x.grad, expected, rtol=0, atol=0)
     assert value.item() == x[pick].item()
+
+
+@pytest.mark.parametrize("cls", [SumMetric, MeanMetric, MinMetric, MaxMetric])
+def test_nan_warn_is_reported_at_compute_or_reset(cls: type) -> None:
+    """``nan_strategy="warn"`` counts NaNs on the device (no host read per update, none in ``forward``) and warns
+    once, with the count, at the next ``compute()`` or ``reset()``; the values are those of the NaNs dropped."""
+    metric = cls()
+    nan = float("nan")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batch_value = metric(torch.tensor([1.0, nan, 3.0]))
+        metric.update(torch.tensor([nan, 5.0]))
+        assert not caught, [str(w.message) for w in caught]
+        value = metric.compute()
+        assert len(caught) == 1 and "2 NaN" in str(caught[0].message), [str(w.message) for w in caught]
+        metric.compute()  # nothing new since
+        assert len(caught) == 1
+        metric.update(torch.tensor([nan]))
+        metric.reset()
+        assert len(caught) == 2 and "1 NaN" in str(caught[1].message), [str(w.message) for w in caught]
+    expected_batch = {SumMetric: 4.0, MeanMetric: 2.0, MinMetric: 1.0, MaxMetric: 3.0}[cls]
+    expected = {SumMetric: 9.0, MeanMetric: 3.0, MinMetric: 1.0, MaxMetric: 5.0}[cls]
+    assert batch_value.item() == expected_batch and value.item() == expected

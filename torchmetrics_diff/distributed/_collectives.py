@@ -1,8 +1,9 @@
 """Public collectives with autograd: ``gather_all_tensors``, ``all_gather_cat``, ``all_reduce``.
 
-Each call issues the same collectives on every rank whatever the local data: one small metadata exchange
-(ndim, dtype, shape, op, grad mode, whether the input requires grad), validated identically on every rank so a
-disagreement raises the same ``RuntimeError`` everywhere instead of hanging, then one data collective.
+Each call issues the same collectives on every rank whatever the local data: the call's header exchange
+(:mod:`._call`: which call this is, and the ndim, dtype, shape, op, grad mode and whether the input requires grad),
+validated identically on every rank so a disagreement raises the same ``RuntimeError`` everywhere instead of
+hanging, then one data collective. The header holds host values and never waits for a GPU.
 """
 
 from __future__ import annotations
@@ -19,19 +20,19 @@ from torchmetrics_diff.distributed._autograd import AllGatherFlat, AllReduce
 from torchmetrics_diff.distributed._backend import (
     Group,
     all_gather_flat,
-    default_device,
     dtype_code,
     dtype_from_code,
     group_rank,
     group_size,
 )
+from torchmetrics_diff.distributed._call import exchange
 from torchmetrics_diff.distributed._compile import outside_graph
-from torchmetrics_diff.distributed._failure import FAILED, fail_on_every_rank, failed_ranks, peers_failed
+from torchmetrics_diff.distributed._failure import fail_on_every_rank
 
 GRAD_MODES = ("none", "local", "sync")
 REDUCE_OPS = _reductions.ELEMENTWISE
 _MAX_NDIM = 16
-_FIXED = 5  # ndim, dtype, requires_grad, op, grad mode
+_FIXED = 5  # ndim, dtype, requires_grad, op, grad mode; then the shape
 
 
 class _Peer(NamedTuple):
@@ -89,37 +90,29 @@ def _exchange_metadata(
     op: object = _NO_OP,
     problem: Exception | None = None,
 ) -> list[_Peer]:
-    """All-gather every rank's metadata in one fixed-size int64 collective; validate it identically everywhere.
+    """Every rank's metadata, through the call's header exchange (:func:`._call.exchange`); validated identically
+    everywhere.
 
-    A rank with a local ``problem`` sends a failure marker and raises its own error after the exchange; the
-    others raise a ``RuntimeError`` naming it. Disagreements raise the same ``RuntimeError`` on every rank.
+    The header is the call's first collective and the same size for every call, so ranks in different calls
+    raise instead of meeting collectives of different sizes. It is built from host values and travels over a
+    CPU-capable group: nothing waits for the GPU. A rank with a local ``problem`` joins with a failure marker and
+    raises its own error after the exchange; the others raise a ``RuntimeError`` naming it. Disagreements raise
+    the same ``RuntimeError`` on every rank.
     """
-    header = torch.full((_FIXED + _MAX_NDIM,), -1, dtype=torch.int64)
-    device = tensor.device if isinstance(tensor, torch.Tensor) else default_device(group)
+    payload: list[int] = []
     if problem is None:
-        header[:_FIXED] = torch.tensor(
-            [
-                tensor.ndim,
-                dtype_code(tensor.dtype),
-                int(_wants_grad(tensor, grad)),
-                REDUCE_OPS.index(op) if op in REDUCE_OPS else -1,
-                GRAD_MODES.index(grad),
-            ]
-        )
-        header[_FIXED : _FIXED + tensor.ndim] = torch.tensor(tensor.shape, dtype=torch.int64)
-    else:
-        header[0] = FAILED  # in the ndim field, which is never negative otherwise
-    # from pageable host memory the copy is staged at once; a blocking copy would first wait for the GPU's queue
-    header = header.to(device, non_blocking=True)
-    out = header.new_empty(world * header.numel())
-    all_gather_flat(out, header, group)
+        payload = [
+            tensor.ndim,
+            dtype_code(tensor.dtype),
+            int(_wants_grad(tensor, grad)),
+            REDUCE_OPS.index(op) if op in REDUCE_OPS else -1,
+            GRAD_MODES.index(grad),
+            *tensor.shape,
+        ]
+    labels = _rank_labels(group, world)
+    rows = exchange(fn, payload, group, world, failed=problem is not None, labels=labels)
     if problem is not None:
         raise problem
-    rows = out.view(world, -1).tolist()
-    labels = _rank_labels(group, world)
-    failed = failed_ranks([row[0] for row in rows])
-    if failed:
-        raise peers_failed(fn, [labels[r] for r in failed], sync=False)
     peers = [
         _Peer(row[0], dtype_from_code(row[1]), bool(row[2]), row[3], row[4], tuple(row[_FIXED : _FIXED + row[0]]))
         for row in rows
@@ -153,8 +146,7 @@ def fail_together(error: Exception, group: Group = None, device: torch.device | 
     world = group_size(group)
 
     def join() -> None:
-        marker = torch.empty(0, device=device) if device is not None else None
-        _exchange_metadata("fail_together", marker, group, world, "none", problem=error)
+        exchange("fail_together", [], group, world, failed=True)
 
     fail_on_every_rank(error, world, join)
 
@@ -221,7 +213,7 @@ def gather_all_tensors(tensor: torch.Tensor, group: Group = None, *, grad: str =
     return _gather_across(tensor, group, world, rank, grad, problem)
 
 
-@outside_graph  # peers' sizes become this rank's shapes: a host round trip, so one graph break when compiled
+@outside_graph  # peers' sizes become this rank's shapes: host code, so one graph break when compiled
 def _gather_across(
     tensor: torch.Tensor, group: Group, world: int, rank: int, grad: str, problem: Exception | None
 ) -> list[torch.Tensor]:
@@ -317,7 +309,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None, *, gr
     return _reduce_across(tensor, op, group, world, grad, problem)
 
 
-@outside_graph  # the metadata round (every rank raises alike on a mismatch) is a host round trip: one break
+@outside_graph  # the header exchange (every rank raises alike on a mismatch) is host code: one graph break
 def _reduce_across(
     tensor: torch.Tensor, op: str, group: Group, world: int, grad: str, problem: Exception | None
 ) -> torch.Tensor:

@@ -283,19 +283,17 @@ def unit_rows(x: Tensor) -> Tensor:
 
 
 def class_ids(labels: Tensor) -> tuple[Tensor, int]:
-    """Labels as dense ids ``0 .. K-1`` and ``K``.
+    """Labels as dense ids ``0 .. k-1`` (in the order of the labels' values) and a bound ``K >= k`` on their number.
 
-    Eagerly ``torch.unique``; under ``torch.compile`` (where the number of classes would be a data-dependent shape
-    and a graph break) ids from a sort, with ``K`` the static bound ``len(labels)`` (unused ids cost empty rows).
+    Ids from a sort, with ``K`` the static bound ``len(labels)`` (unused ids cost empty rows of the class sums):
+    no data-dependent shape, so nothing is read back from the device (``torch.unique`` would read the number of
+    classes) and no graph break under ``torch.compile``.
 
     Example:
         >>> import torch
         >>> class_ids(torch.tensor([7, 3, 7]))
-        (tensor([1, 0, 1]), 2)
+        (tensor([1, 0, 1]), 3)
     """
-    if not torch.compiler.is_compiling():
-        classes, ids = torch.unique(labels, return_inverse=True)
-        return ids, classes.numel()
     n = labels.numel()
     ordered, order = torch.sort(labels)
     new_class = torch.zeros(n, dtype=torch.int64, device=labels.device)

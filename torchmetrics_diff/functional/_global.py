@@ -21,6 +21,7 @@ from torch import Tensor
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, group_size
+from torchmetrics_diff.distributed._call import exchange
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.functional._barlow_twins import (
     barlow_twins_from_stats,
@@ -152,17 +153,16 @@ def _supcon_rows(features: Tensor, labels: Tensor | None, temperature: Scalar, o
 @outside_graph  # the row counts of the peers and the labels-given check are host decisions: one graph break
 def _global_labels(features: Tensor, labels: Tensor | None, group: Group) -> Tensor:
     """Every rank's labels, concatenated (``None`` on every rank: ``arange``, every sample its own class)."""
-    # (label, given) per row in one collective: every rank learns whether all of them passed labels
-    given = labels is not None
-    rows = torch.zeros(features.shape[0], 2, dtype=torch.int64, device=features.device)
-    if given:
-        rows[:, 0] = labels.reshape(-1)
-    rows[:, 1] = int(given)
-    every = all_gather_cat(rows, group, grad="none")
-    flags = every[:, 1]
-    if flags.numel() and bool((flags != flags[0]).any()):
-        raise RuntimeError("global_supcon_loss: `labels` must be given on every rank or on none")
-    return every[:, 0] if flags.numel() and bool(flags[0]) else torch.arange(every.shape[0], device=features.device)
+    # whether each rank passed labels, and its rows: host values in the call's header, read without the device
+    mine = [int(labels is not None), features.shape[0]]
+    peers = exchange("global_supcon_loss: labels", mine, group, group_size(group))
+    given = [p[0] for p in peers]
+    if any(g != given[0] for g in given):  # every rank holds the same values: every rank raises alike
+        listing = ", ".join(f"rank {r}: {'given' if g else 'None'}" for r, g in enumerate(given))
+        raise RuntimeError(f"global_supcon_loss: `labels` must be given on every rank or on none ({listing})")
+    if labels is not None:
+        return all_gather_cat(labels.reshape(-1).to(torch.int64), group, grad="none")
+    return torch.arange(sum(p[1] for p in peers), device=features.device)
 
 
 def _siglip_rows(img: Tensor, txt: Tensor, scale: Scalar, bias: Scalar, options: Options) -> Tensor:

@@ -44,8 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from torchmetrics_diff.distributed import all_gather_cat, gather_all_tensors
+from torchmetrics_diff.distributed import all_gather_cat
 from torchmetrics_diff.distributed._backend import Group, dtype_code, dtype_from_code
+from torchmetrics_diff.distributed._call import exchange
 from torchmetrics_diff.distributed._ring import Ring, circulate
 from torchmetrics_diff.functional._checks import (
     HALF,
@@ -90,16 +91,14 @@ class _Plan(NamedTuple):
 def _plan(group: Group, block: Tensor, tile: int, wants_grad: bool, extra: Sequence[tuple[str, int]] = ()) -> _Plan:
     """Exchange every rank's block shape, dtype, whether it needs gradient and ``extra`` ``(name, value)`` pairs.
 
-    The exchange is the strategy's first collective: a rank whose input checks failed joins it with a failure
-    marker (``checked_together``), so every rank raises. Disagreements raise the same error on every rank.
+    The exchange is the call's header exchange (``distributed._call``), the strategy's first collective: a rank whose
+    input checks failed joins it with a failure marker (``checked_together``), so every rank raises, and ranks in
+    different calls raise too. Disagreements raise the same error on every rank.
     """
     ring = Ring(group)
     mine = [block.shape[0], block.shape[1], dtype_code(block.dtype), int(wants_grad), *(v for _, v in extra)]
-    if ring.size == 1:
-        peers = [mine]
-    else:
-        meta = torch.tensor(mine, dtype=torch.int64, device=block.device)
-        peers = [p.tolist() for p in gather_all_tensors(meta, group, grad="none")]
+    # host values in the call's header: the exchange never waits for the device
+    peers = [mine] if ring.size == 1 else exchange("ring plan", mine, group, ring.size)
     names = ["embedding width", "dtype", "whether the inputs require gradient", *(n for n, _ in extra)]
     for i, name in enumerate(names, start=1):
         values = [dtype_from_code(p[i]) if name == "dtype" else p[i] for p in peers]
@@ -482,9 +481,7 @@ def ring_supcon_loss(features: Tensor, labels: Tensor | None, temperature: Scala
         return _ring_supcon(z, n, views, labels, temperature, options)
 
 
-def _ring_supcon(
-    z: Tensor, n: int, views: int, labels: Tensor | None, temperature: Scalar, options: Options
-) -> Tensor:
+def _ring_supcon(z: Tensor, n: int, views: int, labels: Tensor | None, temperature: Scalar, options: Options) -> Tensor:
     scale_t = as_scale(reciprocal(temperature), z)
     extra = [("views per sample", views), ("whether labels are given", int(labels is not None))]
     plan = _plan(options.group, z, options.tile, needs_grad(z, scale_t), extra)
@@ -497,7 +494,8 @@ def _ring_supcon(
     ids, n_classes = class_ids(labels_all)
     cls_all = ids.repeat_interleave(views)
     own = cls_all[plan.starts[plan.ring.rank] : plan.starts[plan.ring.rank] + n * views]
-    positives = torch.bincount(cls_all, minlength=n_classes)[own] - 1
+    # (index_add rather than bincount: bincount reads the largest id back to the host)
+    positives = cls_all.new_zeros(n_classes).index_add_(0, cls_all, torch.ones_like(cls_all))[own] - 1
     weight = torch.where(positives > 0, 1.0 / positives.clamp_min(1).to(acc_dtype(z.dtype)), 0.0)
     total = _xent_sum(z, scale_t, plan, cls_all, weight)
     return _value(total, as_count((positives > 0).sum(), total), plan, options)

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from torchmetrics_diff.distributed._call import enter, leave
 from torchmetrics_diff.functional._strategy import check_strategy, check_tile, checked_together
 from torchmetrics_diff.metric import Metric
 
@@ -28,9 +29,7 @@ def check_consistent(owner: str, tensors: dict[str, Any], same_dtype: tuple[str,
     ref = present[anchor]
     for name, t in present.items():
         if t.device != ref.device and not (t.ndim == 0 and t.device.type == "cpu"):
-            raise ValueError(
-                f"{owner}: `{name}` must be on the device of `{anchor}` ({ref.device}); got {t.device}"
-            )
+            raise ValueError(f"{owner}: `{name}` must be on the device of `{anchor}` ({ref.device}); got {t.device}")
         if name in same_dtype and t.dtype != ref.dtype:
             raise ValueError(
                 f"{owner}: `{name}` must have the dtype of `{anchor}` ({ref.dtype}); got {t.dtype} "
@@ -82,6 +81,14 @@ class GlobalBatchLoss(Metric):
         self.loss_total = self.loss_total + value.detach().to(self.loss_total.dtype)
         self.steps = self.steps + 1
 
+    def _enter(self, method: str) -> bool:
+        """Name this call (``"CLIPLoss.forward"``) in the header every rank exchanges before communicating, so
+        that ranks in different calls (one more ``update`` on one rank) raise naming them; only when it syncs."""
+        if self.dist_sync_on_step and self._distributed_available():
+            enter(f"{type(self).__name__}.{method}")
+            return True
+        return False
+
     def _checked(self, inputs: dict[str, Any]) -> None:
         """Device and dtype agreement among this call's tensors; under sync a failure raises on every rank."""
         owner = type(self).__name__
@@ -102,8 +109,11 @@ class GlobalBatchLoss(Metric):
         """
         if self._is_synced:
             raise self._synced_error("forward")
+        named = self._enter("forward")
         self._checked(inputs)
         value = self._loss(**inputs, sync=self.dist_sync_on_step)
+        if named:
+            leave()
         step = self._begin_batch()
         self._record(value)
         return self._finish_batch(step, value)
@@ -127,8 +137,12 @@ class GlobalBatchLoss(Metric):
 
     def _update_from(self, **inputs: Any) -> None:
         """``update``'s body (it runs under ``no_grad`` in the metric lifecycle)."""
+        named = self._enter("update")
         self._checked(inputs)
-        self._record(self._loss(**inputs, sync=self.dist_sync_on_step))
+        value = self._loss(**inputs, sync=self.dist_sync_on_step)
+        if named:
+            leave()
+        self._record(value)
 
     def compute(self) -> Tensor:
         """The mean of the recorded losses (NaN before any call)."""

@@ -34,12 +34,12 @@ from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import (
     Group,
-    default_device,
     grad_enabled,
     group_rank,
     group_size,
     set_grad_enabled,
 )
+from torchmetrics_diff.distributed._call import exchange
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._failure import CollectiveError, collective_failed, fail_on_every_rank
 from torchmetrics_diff.distributed._reductions import Reduction, State
@@ -66,6 +66,7 @@ def sync_states(
     grad_scale: float = 1.0,
     owner: str = "sync_states",
     device: torch.device | None = None,
+    call: str = "sync",
 ) -> dict[str, Any]:
     """Sync every state across ``group`` and return the reduced values.
 
@@ -82,6 +83,8 @@ def sync_states(
             ``W`` ranks needs ``W``).
         owner: a name for error messages, e.g. the metric's class.
         device: where the communication buffers live (default: the first state's device).
+        call: what the sync is for (``"forward"``, ``"compute"``, ...): with ``owner`` it names the call in the
+            header every rank exchanges first, so ranks in different calls raise instead of mixing their states.
 
     Returns:
         name -> synced value. A list state that is empty on every rank stays an empty list.
@@ -100,7 +103,7 @@ def sync_states(
         check_arguments(states, reductions, grad)
         scaled = {k: scale_state_grad(v, grad_scale) for k, v in states.items()} if grad == "local" else states
         return {k: _single(v, reductions[k], grad) for k, v in scaled.items()}
-    return _sync_across(states, reductions, group, plan, grad, grad_scale, owner, device, world)
+    return _sync_across(states, reductions, group, plan, grad, grad_scale, owner, device, world, call)
 
 
 @outside_graph  # plans, byte rows and validation are Python on the host: one graph break when compiled
@@ -114,42 +117,85 @@ def _sync_across(
     owner: str,
     device: torch.device | None,
     world: int,
+    call: str,
 ) -> dict[str, Any]:
-    """:func:`sync_states` over more than one rank."""
+    """:func:`sync_states` over more than one rank: this rank's part prepared, the call's header exchanged (every
+    rank's steady-path header, or a marker), then the steady path when every rank can take it, else the rounds."""
     rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
     steady = plan.steady  # None unless the plan's steady path is READY
-    if (
+    if not (
         steady is not None
         and grad == "none"
         and (steady.world, steady.rank) == (world, rank)
         and (device or _first_device(states)) == steady.device
     ):
-        enabled = grad_enabled()
+        steady = None
+    enabled = grad_enabled()
+    if steady is not None:
         if enabled:  # torch.no_grad() without its Python layers (they are slow right after a collective)
             set_grad_enabled(False)
         try:
-            done = _steady_sync(steady, states, reductions, group, plan, rank, world, owner)
+            if not steady.pack(states, reductions):
+                steady = None
         finally:
             if enabled:
                 set_grad_enabled(True)
-        if done is not None:
-            return done
-    try:  # a bad argument, a failed concatenation, an unknown dtype on one rank: the others must not wait
-        check_arguments(states, reductions, grad)
-        items = entries(states, reductions)
+    problem: Exception | None = None
+    if steady is None:
+        try:  # a bad argument, a failed concatenation, an unknown dtype on one rank: the others must not wait
+            check_arguments(states, reductions, grad)
+            items = entries(states, reductions)
+            local_hash, local_sig = local_signature(items, plan)
+        except Exception as err:
+            problem = err
+        if device is None and problem is None:
+            device = next((e.tensor.device for e in items if e.tensor is not None), torch.device("cpu"))
+    else:
+        device = steady.device
+    rounds: Rounds | None = None
+    if steady is not None:
+        payload = [_STEADY, *steady.head_ints]
+    elif problem is None:
+        track = grad == "local" and torch.is_grad_enabled()
+        items = _prepared(items, device, track, grad_scale)
+        rounds = Rounds(items, plan, group, rank, world, owner, device)
+        ints = rounds.head_ints(local_hash)
+        payload = [_ROUNDS, *ints] if ints is not None else [_UNKNOWN]
+    else:
+        payload = []
+    try:
+        heads = exchange(f"{owner}.{call}", payload, group, world, failed=problem is not None, who=owner, sync=True)
+    except CollectiveError as err:
+        raise collective_failed(err, owner, list(states), world) from err
+    if problem is not None:
+        raise problem
+    kinds = {h[0] for h in heads}
+    if steady is not None:
+        cut = steady.cut([h[1:] for h in heads]) if kinds == {_STEADY} else None
+        if cut is not None:  # every rank packed this plan's row and every cat state fits: the one data collective
+            if enabled:
+                set_grad_enabled(False)
+            try:
+                return _steady_sync(steady, cut, group, plan, world, owner)
+            finally:
+                if enabled:
+                    set_grad_enabled(True)
+        items = _prepared(entries(states, reductions), device, False, grad_scale)  # passed the steady checks
         local_hash, local_sig = local_signature(items, plan)
-    except Exception as err:
-        fail_sync(err, group, plan=plan, owner=owner, device=device)
-    if device is None:
-        device = next((e.tensor.device for e in items if e.tensor is not None), torch.device("cpu"))
+        rounds = Rounds(items, plan, group, rank, world, owner, device)
+    # every rank's round A header is known when every rank sent one (else round A's table is read for them)
+    known = [h[1:] for h in heads] if kinds == {_ROUNDS} else None
     track = grad == "local" and torch.is_grad_enabled()
-    items = _prepared(items, device, track, grad_scale)
     with torch.enable_grad() if track else torch.no_grad():
-        result = Rounds(items, plan, group, rank, world, owner, device).run(local_hash, local_sig)
+        result = rounds.run(local_hash, local_sig, known)
     if grad == "none":
         _arm(plan, local_hash, states, reductions, world, rank, device)
     return result
+
+
+# what a rank's payload in the call's header starts with: the steady path's header ints, round A's, or neither
+_STEADY, _ROUNDS, _UNKNOWN = 1, 2, 3
 
 
 def _arm(
@@ -166,32 +212,13 @@ def _arm(
         plan.set_steady(SteadyPath.build(plan, states, reductions, world, rank, device))
 
 
-def _steady_sync(
-    steady: SteadyPath,
-    states: dict[str, State],
-    reductions: dict[str, Reduction],
-    group: Group,
-    plan: SyncPlan,
-    rank: int,
-    world: int,
-    owner: str,
-) -> dict[str, Any] | None:
-    """A sync through the plan's steady path; ``None`` (before any communication) when the states do not fit it."""
-    if not steady.pack(states, reductions):
-        return None
+def _steady_sync(steady: SteadyPath, cut: Any, group: Group, plan: SyncPlan, world: int, owner: str) -> dict[str, Any]:
+    """The steady path's one data collective and its reading (every rank's header is known: nothing is read back)."""
     try:
         steady.gather(group)
     except CollectiveError as err:
         raise collective_failed(err, owner, steady.names, world) from err
-    done = steady.unpack()
-    if done is None:  # another rank's header differs from the plan: the general engine goes on from round A
-        items = _prepared(entries(states, reductions), steady.device, False, 1.0)
-        local_hash, local_sig = local_signature(items, plan)
-        sync = Rounds(items, plan, group, rank, world, owner, steady.device)
-        result = sync.after_round_a(steady.grid, steady.gathered(), local_sig)
-        _arm(plan, local_hash, states, reductions, world, rank, steady.device)
-        return result
-    values, rows = done
+    values, rows = steady.unpack(cut)
     if rows:
         resize_capacities(plan, rows)
     return values
@@ -232,13 +259,12 @@ def fail_sync(
     """Raise ``problem`` here and a ``RuntimeError`` on the ranks syncing with the same ``plan`` meanwhile.
 
     For a rank that failed (say, inside ``update``) while the others are about to call :func:`sync_states`: it
-    joins their round A with a failure marker instead of leaving them waiting. Just raises at world size 1.
+    joins their header exchange with a failure marker instead of leaving them waiting. Just raises at world size 1.
     """
     world = group_size(group)
 
     def join() -> None:
-        marker_plan = plan if plan is not None else SyncPlan()
-        Rounds([], marker_plan, group, group_rank(group), world, owner, device or default_device(group)).fail()
+        exchange(f"{owner}.sync", [], group, world, failed=True)
 
     fail_on_every_rank(problem, world, join)
 

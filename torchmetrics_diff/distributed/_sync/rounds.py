@@ -16,6 +16,7 @@ import torch
 from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._autograd import AllReduce
 from torchmetrics_diff.distributed._backend import Group, dtype_from_code
+from torchmetrics_diff.distributed._call import PAYLOAD
 from torchmetrics_diff.distributed._failure import (
     FAILED,
     CollectiveError,
@@ -81,8 +82,21 @@ class Rounds:
     def _flat(self, bucket: Bucket) -> torch.Tensor:
         return torch.cat([self.by_name[n].tensor.reshape(-1) for n in bucket.names])
 
-    def run(self, local_hash: int, local_sig: list[StateSignature]) -> dict[str, Any]:
-        """Round A, then :meth:`after_round_a`."""
+    def head_ints(self, local_hash: int) -> list[int] | None:
+        """Round A's header as ints, for the call's header exchange (every rank then knows every rank's before
+        round A, and nothing is read back from the table); ``None`` without a plan or when it would not fit."""
+        plan = self.plan
+        if plan.signature_hash == 0:
+            return None
+        fits = local_hash == plan.signature_hash
+        variable = [v for e in self.entries for v in e.variable()] if fits else [0] * plan.n_variable
+        ints = [local_hash, -1, *variable]
+        return ints if len(ints) < PAYLOAD else None
+
+    def run(
+        self, local_hash: int, local_sig: list[StateSignature], heads: list[list[int]] | None = None
+    ) -> dict[str, Any]:
+        """Round A, then :meth:`after_round_a` (with every rank's :meth:`head_ints` when the caller has them)."""
         plan, device = self.plan, self.device
         variable = [v for e in self.entries for v in e.variable()]
         fits = local_hash == plan.signature_hash
@@ -103,23 +117,36 @@ class Rounds:
                 tensors.append(t if t is not None and t.shape[0] <= rows else self._empty())
             table, outs = self._rows(header, tensors, plan.caps(), min_row=plan.row_bytes)
             gathered = dict(zip(plan.pieces(), outs))
-        return self.after_round_a(table, gathered, local_sig)
+        return self.after_round_a(table, gathered, local_sig, heads)
 
     def after_round_a(
-        self, table: torch.Tensor, gathered: dict[str, torch.Tensor], local_sig: list[StateSignature]
+        self,
+        table: torch.Tensor,
+        gathered: dict[str, torch.Tensor],
+        local_sig: list[StateSignature],
+        heads: list[list[int]] | None = None,
     ) -> dict[str, Any]:
-        """Everything after round A, from its ``(W, row_bytes)`` table and the pieces it carried (by name)."""
+        """Everything after round A, from its ``(W, row_bytes)`` table and the pieces it carried (by name); the
+        headers come from ``heads`` (every rank's :meth:`head_ints`) when given, else from the table."""
         plan, device = self.plan, self.device
-        hashes = table[:, :HEADER].contiguous().view(torch.int64)[:, 0].tolist()
+        if heads is not None:
+            hashes = [h[0] for h in heads]
+        else:
+            hashes = table[:, :HEADER].contiguous().view(torch.int64)[:, 0].tolist()
         failed = failed_ranks(hashes)
         if failed:
             raise peers_failed(self.owner, failed, sync=True)
 
         if plan.signature_hash != 0 and all(h == plan.signature_hash for h in hashes):
             n = plan.n_variable
-            sizes = (
-                table[:, HEADER : HEADER + 8 * n].contiguous().view(torch.int64).tolist() if n else [[]] * self.world
-            )
+            if heads is not None:
+                sizes = [h[2 : 2 + n] for h in heads]
+            else:
+                sizes = (
+                    table[:, HEADER : HEADER + 8 * n].contiguous().view(torch.int64).tolist()
+                    if n
+                    else [[]] * self.world
+                )
             return self._finish(plan, sizes, gathered)
 
         # Fallback: agree on a new plan from everyone's metadata.

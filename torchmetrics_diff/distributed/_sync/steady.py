@@ -7,15 +7,19 @@ row with a concatenation) is the same every time. A :class:`SteadyPath` does it 
 the send row and the receive table at the plan's offsets, and a sync becomes
 
 * a few checks that the states still match the plan (names, reductions, dtypes, shapes, cat rows <= capacity),
-* one stack/concatenation per reduction bucket straight into the row, one copy per cat state, the header,
-* the all-gather,
-* one reduction per bucket and one concatenation per group of cat states, read from the table.
+* one stack/concatenation per reduction bucket straight into the row, one copy per cat state, the header ints
+  (:attr:`SteadyPath.head_ints`: the plan's hash and each cat state's rows), which travel in the call's header
+  exchange (``distributed._call``), so every rank knows every rank's before the data moves,
+* the all-gather of the rows,
+* one reduction per bucket and one concatenation per group of cat states, read from the table as
+  :meth:`SteadyPath.cut` planned it from the headers: nothing is read back from the device.
 
 The row it writes is byte for byte the general engine's round A for the same states (padding aside, which no
-rank reads), so ranks on either path interoperate. When the states do not match, :meth:`SteadyPath.pack` says so
-before any communication and the general engine takes over; when another rank's header does not match the plan,
-:meth:`SteadyPath.unpack` says so and the general engine continues from the gathered table. Gradients are not
-supported here (``grad="none"`` syncs only): a differentiable sync needs the general engine's autograd function.
+rank reads). When the states do not match, :meth:`SteadyPath.pack` says so before any communication and the rank
+sends a marker in its header instead; when any rank's header does not match the plan (a marker, or more rows
+than a capacity), :meth:`SteadyPath.cut` says so on every rank alike and every rank takes the general engine's
+rounds. Gradients are not supported here (``grad="none"`` syncs only): a differentiable sync needs the general
+engine's autograd function.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 
 from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, dtype_from_code
+from torchmetrics_diff.distributed._call import PAYLOAD
 from torchmetrics_diff.distributed._reductions import as_rows, reduce_rows
 from torchmetrics_diff.distributed._sync.plan import UNKNOWN_DTYPE, SyncPlan
 from torchmetrics_diff.distributed._sync.rows import HEADER, buffer_pair, layout, oversized
@@ -93,6 +98,7 @@ class SteadyPath:
         self._all_lists, self._ones = (list,) * len(cats), (1,) * len(cats)
         self._no_rows = [self.hash, -1]
         self._memo: tuple | None = None  # (key, slots, header ints) of the last pack: see _pack_cats
+        self.head_ints: list[int] = self._no_rows  # the header ints of the last pack, for the call's header
         self.reorder = True  # whether unpack must reorder its results into the states' order
 
     @classmethod
@@ -127,6 +133,8 @@ class SteadyPath:
                 )
             elif not _reductions.is_elementwise(s.kind):
                 return None
+        if 2 + len(cats) > PAYLOAD:  # its header would not fit the call's: the general engine, every time
+            return None
         fns = tuple(reductions[n] for n in names)
         return cls(plan, names, fns, buckets, cats, world, rank, device)
 
@@ -138,17 +146,12 @@ class SteadyPath:
             self._base, self._cut, self._memo = row, ((), [], {}), None
             grid = table[: self.world * self.row_bytes].view(self.world, self.row_bytes)
             self.row, self.table = row[: self.row_bytes], table[: self.world * self.row_bytes]
-            self.grid = grid
             self.head_send = row[: self.head_bytes].view(torch.int64)
             self.head_numpy = _numpy_view(self.head_send)
-            self.head_recv = grid[:, : self.head_bytes].view(torch.int64)
-            self.head_recv_numpy = _numpy_view(self.head_recv)
             pieces = [*self.buckets, *self.cats]
-            self.gathered_views: dict[str, torch.Tensor] = {}
-            for name, piece, (offset, cap) in zip(self.piece_names, pieces, self.slots):
+            for piece, (offset, cap) in zip(pieces, self.slots):
                 send = row[offset : offset + cap].view(piece.dtype)
                 recv = grid[:, offset : offset + cap].view(piece.dtype)
-                self.gathered_views[name] = recv
                 if isinstance(piece, _CatView):
                     piece.offset = offset
                     send = send.view(piece.capacity, *piece.dims)
@@ -184,6 +187,7 @@ class SteadyPath:
             self.head_numpy[:] = rows
         else:
             self.head_send.copy_(torch.tensor(rows, dtype=torch.int64))
+        self.head_ints = rows
         return True
 
     def _pack_cats(self, values: tuple) -> list[int] | None:
@@ -223,23 +227,25 @@ class SteadyPath:
         all_gather_flat(self.table, self.row, group)
 
     # ------------------------------------------------------------------------------------------------ receive
-    def unpack(self) -> tuple[dict[str, Any], dict[str, list[int]]] | None:
-        """Every state's synced value, and every cat state's rows per rank when a capacity is far too large
-        (else ``{}``: the layout stays); ``None`` when a rank's header does not match the plan (a failure marker,
-        other states, a cat state beyond capacity): then the general engine continues from :attr:`grid` and
-        :meth:`gathered`."""
-        raw = self.head_recv_numpy
-        key = raw.tobytes() if raw is not None else self.head_recv.tolist()  # every rank's header
+    def cut(self, heads: list[list[int]]) -> tuple | None:
+        """How to read the table that every rank's ``heads`` (their :attr:`head_ints`, from the call's header
+        exchange) describe; ``None`` when a rank did not pack this plan or sent more rows than a capacity (every
+        rank sees the same heads, so every rank then takes the general engine's rounds together)."""
+        key = tuple(map(tuple, heads))
         if key != self._cut[0]:  # not the headers of the previous sync: check them, cut anew
-            heads = tuple(map(tuple, self.head_recv.tolist()))
-            if any(h[0] != self.hash for h in heads):
+            if any(h[0] != self.hash for h in key):
                 return None
-            cut = self._cut_plan(heads)
+            cut = self._cut_plan(key)
             if cut is None:
                 return None
             self._cut = (key, *cut)
             produced = [n for b in self.buckets for n in b.names] + [n for names, _, _ in cut[0] for n in names]
             self.reorder = tuple(produced) != self.names  # results come out bucket by bucket, group by group
+        return self._cut
+
+    def unpack(self, cut: tuple) -> tuple[dict[str, Any], dict[str, list[int]]]:
+        """Every state's synced value read from the gathered table as ``cut`` (from :meth:`cut`) says, and every
+        cat state's rows per rank when a capacity is far too large (else ``{}``: the layout stays)."""
         result: dict[str, Any] = {}
         for bucket in self.buckets:
             reduced = reduce_rows(bucket.kind, bucket.recv)
@@ -248,14 +254,14 @@ class SteadyPath:
             else:
                 for name, piece, shape in zip(bucket.names, reduced.split(bucket.numels), bucket.shapes):
                     result[name] = piece.view(shape)
-        for names, pieces, totals in self._cut[1]:
+        for names, pieces, totals in cut[1]:
             if totals is None:  # one (states, rows, *dims) view per rank: concatenate the ranks, one result per state
                 result.update(zip(names, torch.cat(pieces, 1).unbind(0)))
             else:
                 result.update(zip(names, torch.split_with_sizes(torch.cat(pieces), totals)))
         if self.reorder:
             result = {name: result[name] for name in self.names}
-        return result, self._cut[2]
+        return result, cut[2]
 
     def _cut_plan(self, heads: tuple) -> tuple[list, dict[str, list[int]]] | None:
         """How to read the cat states for these headers, and their rows when a capacity should shrink (else
@@ -302,10 +308,6 @@ class SteadyPath:
             size, stride = (len(cats), *slot.shape), (step // itemsize, *slot.stride())
             views.append(slot.as_strided(size, stride, slot.storage_offset()))
         return views
-
-    def gathered(self) -> dict[str, torch.Tensor]:
-        """Round A's pieces by name as the general engine reads them: ``(W, elements)`` views of the table."""
-        return dict(self.gathered_views)
 
 
 def _rows_into(value: Any, cat: _CatView, dests: list, sources: list) -> int:

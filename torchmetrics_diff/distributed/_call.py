@@ -1,0 +1,201 @@
+"""The first exchange of every communicating call: a fixed-size header that says which call this rank is in.
+
+Collectives only work when every rank enters the same one with the same sizes; a rank that makes one call more
+than its peers (an extra ``update`` on a longer validation shard, say) would otherwise meet a different
+collective of theirs, and the backend aborts the process (gloo) or hangs (NCCL). So every call of this package
+that communicates (a collective of :mod:`._collectives`, a state sync, the ring's plan) starts with
+:func:`exchange`: one all-gather of :data:`HEADER_INTS` int64 per rank, the same size for every call, holding
+
+- a marker (:data:`_MAGIC`), this process's sequence number of calls on the group, and how many calls of this
+  name it made before,
+- a status: ready, or *failed* (the rank found a problem before communicating and joins only to tell its peers,
+  see :mod:`._failure`),
+- the call's name (``"CLIPLoss.update: gather_all_tensors"``, ``"MeanMetric.forward"``), truncated to 48 bytes,
+- up to :data:`PAYLOAD` int64 of the call's own metadata (shapes, dtypes, rows), returned to the caller.
+
+Every rank reads every rank's header and raises the same ``RuntimeError`` when they are not in the same call,
+naming each rank's call and counts, before any collective whose size depends on the call.
+
+The header is built from host values (names, shapes) and travels as a CPU tensor over a group that carries CPU
+tensors: the call's own group when its backend has gloo (or a ``"cpu:gloo,cuda:nccl"`` pair), else a gloo twin
+of it made once (:func:`host_group`). Reading it therefore never waits for a GPU: it is a host-to-host exchange
+that runs while the GPU works through its queue, not a host round trip.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from torchmetrics_diff.distributed._backend import Group, all_gather_flat
+from torchmetrics_diff.distributed._failure import peers_failed
+
+#: int64 per rank in every header exchange: the same for every call, so ranks in different calls still meet
+HEADER_INTS = 64
+_FIXED = 12  # magic, sequence, count, status, payload length, reserved, 6 x 8 bytes of name
+_NAME_INTS = 6
+#: int64 of call metadata a header carries
+PAYLOAD = HEADER_INTS - _FIXED
+_MAGIC = 0x7444_6966_6643_6C6C  # never a sequence number or a small count: a rank in a foreign protocol shows
+_READY, _FAILED = 0, 1
+
+# the entry point a collective runs for ("CLIPLoss.forward"), set by the loss classes: names the call (see enter)
+_caller = ""
+
+# per group (by id of the group object, with a weak reference to tell a live group from a new one at that id):
+# [weakref, calls so far, {name: calls of that name so far}]
+_COUNTS: dict[int, list[Any]] = {}
+# the group each group's headers travel over (itself, or a gloo twin), by id of the group object
+_HOSTS: dict[int, tuple[Any, Any]] = {}
+_FORCE_TWIN = False  # tests: give gloo groups a twin too, so that the twin path runs without NCCL
+
+
+def enter(name: str) -> None:
+    """Name the calls to the collectives from here to :func:`leave` after ``name`` (an entry point such as
+    ``"CLIPLoss.forward"``), for the header and for the error when ranks are in different calls.
+
+    A plain module attribute rather than a context manager: ``torch.compile`` traces the assignment, while a
+    ``try`` around a graph break would split the compiled frame. An entry point that raises leaves it set; the
+    next entry point replaces it.
+    """
+    global _caller
+    _caller = name
+
+
+def leave() -> None:
+    """End the entry point :func:`enter` named."""
+    global _caller
+    _caller = ""
+
+
+def call_name(op: str) -> str:
+    """``op`` inside the current entry point: ``"CLIPLoss.update: all_gather_cat"``; ``op`` outside any."""
+    return f"{_caller}: {op}" if _caller else op
+
+
+def _world_group() -> Any:
+    return dist.GroupMember.WORLD
+
+
+def _next_count(group: Group, name: str) -> tuple[int, int]:
+    """This process's (calls on ``group`` so far, calls of ``name`` so far), then counts this one."""
+    pg = _world_group() if group is None else group
+    entry = _COUNTS.get(id(pg))
+    if entry is None or entry[0]() is not pg:
+        try:
+            ref: Any = weakref.ref(pg)
+        except TypeError:  # a group object without weak references: held for the process's lifetime
+            ref = (lambda obj: lambda: obj)(pg)
+        entry = _COUNTS[id(pg)] = [ref, 0, {}]
+    seq, names = entry[1], entry[2]
+    count = names.get(name, 0)
+    entry[1], names[name] = seq + 1, count + 1
+    return seq, count
+
+
+def host_group(group: Group) -> Group:
+    """The group the header of a call on ``group`` travels over: one that carries CPU tensors.
+
+    ``group`` itself when its backend has gloo (or MPI); else (NCCL alone) a gloo group over the same ranks, made
+    once per group (every member makes it at its first call on the group, as every member reaches the same header
+    exchange). Remembered per group object.
+    """
+    pg = _world_group() if group is None else group
+    known = _HOSTS.get(id(pg))
+    if known is not None and known[0] is pg:
+        return known[1]
+    backend = str(dist.get_backend(pg))
+    if not _FORCE_TWIN and ("gloo" in backend or "mpi" in backend):
+        host = group
+    else:
+        host = dist.new_group(ranks=dist.get_process_group_ranks(pg), backend="gloo", use_local_synchronization=True)
+    _HOSTS[id(pg)] = (pg, host)
+    return host
+
+
+def _encode(name: str) -> list[int]:
+    raw = name.encode("ascii", "replace")[: 8 * _NAME_INTS].ljust(8 * _NAME_INTS, b"\0")
+    return [int.from_bytes(raw[i : i + 8], "little", signed=True) for i in range(0, len(raw), 8)]
+
+
+def _decode(ints: Sequence[int]) -> str:
+    raw = b"".join(int(i).to_bytes(8, "little", signed=True) for i in ints)
+    return raw.rstrip(b"\0").decode("ascii", "replace")
+
+
+def _host_rows(table: torch.Tensor, world: int) -> list[list[int]]:
+    """Every rank's header as Python ints (a CPU tensor: nothing waits for a device)."""
+    return table.view(world, HEADER_INTS).tolist()
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def exchange(
+    op: str,
+    payload: Sequence[int],
+    group: Group,
+    world: int,
+    *,
+    failed: bool = False,
+    who: str | None = None,
+    labels: Sequence[str] | None = None,
+    sync: bool = False,
+) -> list[list[int]]:
+    """The call's header exchange: every rank's ``payload``, once every rank is known to be in the same call.
+
+    Args:
+        op: the call's name (inside an entry point named by :func:`enter`, prefixed with it).
+        payload: at most :data:`PAYLOAD` ints of this call's metadata.
+        group: the call's process group; ``world`` its size (> 1).
+        failed: this rank found a problem and joins only so its peers raise; it raises its own error after.
+        who: the name errors about failed peers start with (default: the call's name).
+        labels: how to name each rank in errors (default ``"rank i"``).
+        sync: word a failed peer as a state sync does (``True``) or as a collective does.
+
+    Returns:
+        Every rank's payload, by rank (only when no rank failed and every rank is in this call).
+
+    Raises:
+        RuntimeError: on every rank alike, when a peer failed (naming it) or when ranks are in different calls
+            (naming each rank's call and how many calls each made).
+    """
+    if len(payload) > PAYLOAD:
+        raise ValueError(f"a call header carries at most {PAYLOAD} ints; got {len(payload)}")
+    name = call_name(op)
+    seq, count = _next_count(group, name)
+    header = [_MAGIC, seq, count, _FAILED if failed else _READY, len(payload), 0, *_encode(name), *payload]
+    header += [0] * (HEADER_INTS - len(header))
+    row = torch.tensor(header, dtype=torch.int64)
+    table = torch.empty(world * HEADER_INTS, dtype=torch.int64)
+    all_gather_flat(table, row, host_group(group))
+    rows = _host_rows(table, world)
+    labels = labels or [f"rank {r}" for r in range(world)]
+    if failed:
+        return []
+    bad = [r for r, h in enumerate(rows) if h[0] == _MAGIC and h[3] == _FAILED]
+    if bad:
+        raise peers_failed(who or name, [labels[r] if not sync else r for r in bad], sync=sync)
+    if any(h[0] != _MAGIC or h[1] != rows[0][1] or h[6:_FIXED] != rows[0][6:_FIXED] for h in rows):
+        raise _different_calls(rows, labels)
+    return [h[_FIXED : _FIXED + h[4]] for h in rows]
+
+
+def _different_calls(rows: list[list[int]], labels: Sequence[str]) -> RuntimeError:
+    parts = []
+    for label, h in zip(labels, rows):
+        if h[0] != _MAGIC:
+            parts.append(f"{label}: a collective that is not a call of this package")
+        else:
+            call, count, seq = _decode(h[6:_FIXED]), _ordinal(h[2] + 1), h[1] + 1
+            parts.append(f"{label}: {call!r} (its {count} such call; call {seq} on the group)")
+    return RuntimeError(
+        "ranks are in different calls: " + "; ".join(parts) + ". Every rank must make the same calls that "
+        "communicate, in the same order (the same number of update/forward/compute calls of each metric and loss)"
+    )
