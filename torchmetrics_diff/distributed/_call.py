@@ -6,8 +6,8 @@ collective of theirs, and the backend aborts the process (gloo) or hangs (NCCL).
 that communicates (a collective of :mod:`._collectives`, a state sync, the ring's plan) starts with
 :func:`exchange`: one all-gather of :data:`HEADER_INTS` int64 per rank, the same size for every call, holding
 
-- a marker (:data:`_MAGIC`), this process's sequence number of calls on the group, and how many calls of this
-  name it made before,
+- a marker (:data:`_MAGIC`), this process's sequence number of calls on the group, and how many calls the calling
+  object made before (a metric's syncs, a loss's calls; else the calls of this name),
 - a status: ready, or *failed* (the rank found a problem before communicating and joins only to tell its peers,
   see :mod:`._failure`),
 - the call's name (``"CLIPLoss.update: gather_all_tensors"``, ``"MeanMetric.forward"``), truncated to 48 bytes,
@@ -45,6 +45,7 @@ _READY, _FAILED = 0, 1
 
 # the entry point a collective runs for ("CLIPLoss.forward"), set by the loss classes: names the call (see enter)
 _caller = ""
+_caller_count = 0
 
 # per group (by id of the group object, with a weak reference to tell a live group from a new one at that id):
 # [weakref, calls so far, {name: calls of that name so far}]
@@ -54,16 +55,17 @@ _HOSTS: dict[int, tuple[Any, Any]] = {}
 _FORCE_TWIN = False  # tests: give gloo groups a twin too, so that the twin path runs without NCCL
 
 
-def enter(name: str) -> None:
+def enter(name: str, count: int) -> None:
     """Name the calls to the collectives from here to :func:`leave` after ``name`` (an entry point such as
-    ``"CLIPLoss.forward"``), for the header and for the error when ranks are in different calls.
+    ``"CLIPLoss.forward"``) and ``count`` (how many calls the object made before), for the header and for the error
+    when ranks are in different calls.
 
     A plain module attribute rather than a context manager: ``torch.compile`` traces the assignment, while a
     ``try`` around a graph break would split the compiled frame. An entry point that raises leaves it set; the
     next entry point replaces it.
     """
-    global _caller
-    _caller = name
+    global _caller, _caller_count
+    _caller, _caller_count = name, count
 
 
 def leave() -> None:
@@ -147,6 +149,7 @@ def exchange(
     who: str | None = None,
     labels: Sequence[str] | None = None,
     sync: bool = False,
+    count: int | None = None,
 ) -> list[list[int]]:
     """The call's header exchange: every rank's ``payload``, once every rank is known to be in the same call.
 
@@ -158,6 +161,8 @@ def exchange(
         who: the name errors about failed peers start with (default: the call's name).
         labels: how to name each rank in errors (default ``"rank i"``).
         sync: word a failed peer as a state sync does (``True``) or as a collective does.
+        count: how many calls the calling object made before (a metric's syncs): two objects of one class are
+            then told apart; default: the entry point's count (:func:`enter`), else the calls of this name.
 
     Returns:
         Every rank's payload, by rank (only when no rank failed and every rank is in this call).
@@ -169,7 +174,9 @@ def exchange(
     if len(payload) > PAYLOAD:
         raise ValueError(f"a call header carries at most {PAYLOAD} ints; got {len(payload)}")
     name = call_name(op)
-    seq, count = _next_count(group, name)
+    seq, named = _next_count(group, name)
+    if count is None:
+        count = _caller_count if _caller else named
     header = [_MAGIC, seq, count, _FAILED if failed else _READY, len(payload), 0, *_encode(name), *payload]
     header += [0] * (HEADER_INTS - len(header))
     row = torch.tensor(header, dtype=torch.int64)
@@ -177,12 +184,15 @@ def exchange(
     all_gather_flat(table, row, host_group(group))
     rows = _host_rows(table, world)
     labels = labels or [f"rank {r}" for r in range(world)]
-    if failed:
+    if failed:  # this rank raises its own error next: its entry point ends there
+        leave()
         return []
     bad = [r for r, h in enumerate(rows) if h[0] == _MAGIC and h[3] == _FAILED]
     if bad:
+        leave()
         raise peers_failed(who or name, [labels[r] if not sync else r for r in bad], sync=sync)
-    if any(h[0] != _MAGIC or h[1] != rows[0][1] or h[6:_FIXED] != rows[0][6:_FIXED] for h in rows):
+    if any(h[0] != _MAGIC or h[1:3] != rows[0][1:3] or h[6:_FIXED] != rows[0][6:_FIXED] for h in rows):
+        leave()
         raise _different_calls(rows, labels)
     return [h[_FIXED : _FIXED + h[4]] for h in rows]
 
@@ -194,7 +204,7 @@ def _different_calls(rows: list[list[int]], labels: Sequence[str]) -> RuntimeErr
             parts.append(f"{label}: a collective that is not a call of this package")
         else:
             call, count, seq = _decode(h[6:_FIXED]), _ordinal(h[2] + 1), h[1] + 1
-            parts.append(f"{label}: {call!r} (its {count} such call; call {seq} on the group)")
+            parts.append(f"{label}: {call!r} (the object's {count} such call; call {seq} on the group)")
     return RuntimeError(
         "ranks are in different calls: " + "; ".join(parts) + ". Every rank must make the same calls that "
         "communicate, in the same order (the same number of update/forward/compute calls of each metric and loss)"

@@ -37,6 +37,18 @@ def check_consistent(owner: str, tensors: dict[str, Any], same_dtype: tuple[str,
             )
 
 
+def enter_call(loss: Metric, method: str) -> bool:
+    """Name this call (``"CLIPLoss.forward"``) in the header every rank exchanges before communicating, so that
+    ranks in different calls (one more ``update`` on one rank) raise naming them; only when it syncs. The caller
+    ends it with ``leave()`` once its collectives are done (an error on the way ends it in the exchange)."""
+    if loss.dist_sync_on_step and loss._distributed_available():
+        calls = loss.__dict__.get("_calls", 0)  # this loss's syncing calls so far: tells two of a class apart
+        loss.__dict__["_calls"] = calls + 1
+        enter(f"{type(loss).__name__}.{method}", calls)
+        return True
+    return False
+
+
 class GlobalBatchLoss(Metric):
     """Base of the losses: ``loss(*inputs)`` returns the global-batch loss; ``compute()`` the epoch mean.
 
@@ -81,14 +93,6 @@ class GlobalBatchLoss(Metric):
         self.loss_total = self.loss_total + value.detach().to(self.loss_total.dtype)
         self.steps = self.steps + 1
 
-    def _enter(self, method: str) -> bool:
-        """Name this call (``"CLIPLoss.forward"``) in the header every rank exchanges before communicating, so
-        that ranks in different calls (one more ``update`` on one rank) raise naming them; only when it syncs."""
-        if self.dist_sync_on_step and self._distributed_available():
-            enter(f"{type(self).__name__}.{method}")
-            return True
-        return False
-
     def _checked(self, inputs: dict[str, Any]) -> None:
         """Device and dtype agreement among this call's tensors; under sync a failure raises on every rank."""
         owner = type(self).__name__
@@ -109,7 +113,7 @@ class GlobalBatchLoss(Metric):
         """
         if self._is_synced:
             raise self._synced_error("forward")
-        named = self._enter("forward")
+        named = enter_call(self, "forward")
         self._checked(inputs)
         value = self._loss(**inputs, sync=self.dist_sync_on_step)
         if named:
@@ -137,7 +141,7 @@ class GlobalBatchLoss(Metric):
 
     def _update_from(self, **inputs: Any) -> None:
         """``update``'s body (it runs under ``no_grad`` in the metric lifecycle)."""
-        named = self._enter("update")
+        named = enter_call(self, "update")
         self._checked(inputs)
         value = self._loss(**inputs, sync=self.dist_sync_on_step)
         if named:

@@ -29,9 +29,10 @@ from torch import Tensor
 from torchmetrics_diff import functional as F
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce
 from torchmetrics_diff.distributed._backend import default_device, group_size
+from torchmetrics_diff.distributed._call import leave
 from torchmetrics_diff.functional._checks import safe_divide
 from torchmetrics_diff.functional._strategy import checked_together, global_normalized
-from torchmetrics_diff.losses._base import check_consistent
+from torchmetrics_diff.losses._base import check_consistent, enter_call
 from torchmetrics_diff.metric import Metric
 
 
@@ -158,10 +159,13 @@ class GlobalMeanLoss(Metric):
         ``GlobalBatchLoss._step``, the step begins once every rank has the value."""
         if self._is_synced:
             raise self._synced_error("forward")
+        named = enter_call(self, "forward")
         loss_sum, count = self._checked_block(inputs)
         total = None if self._accumulation is None else self._accumulation[0]
         if self.dist_sync_on_step:
             value = global_normalized(loss_sum, count, total, self.process_group, self.grad_reduction)
+            if named:
+                leave()
         else:
             denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype)
             value = safe_divide(loss_sum, denominator)

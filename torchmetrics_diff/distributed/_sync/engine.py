@@ -123,6 +123,7 @@ def _sync_across(
     rank's steady-path header, or a marker), then the steady path when every rank can take it, else the rounds."""
     rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
+    count, plan.calls = plan.calls, plan.calls + 1
     steady = plan.steady  # None unless the plan's steady path is READY
     if not (
         steady is not None
@@ -165,7 +166,9 @@ def _sync_across(
     else:
         payload = []
     try:
-        heads = exchange(f"{owner}.{call}", payload, group, world, failed=problem is not None, who=owner, sync=True)
+        heads = exchange(
+            f"{owner}.{call}", payload, group, world, failed=problem is not None, who=owner, sync=True, count=count
+        )
     except CollectiveError as err:
         raise collective_failed(err, owner, list(states), world) from err
     if problem is not None:
@@ -262,6 +265,9 @@ def fail_sync(
     joins their header exchange with a failure marker instead of leaving them waiting. Just raises at world size 1.
     """
     world = group_size(group)
+
+    if plan is not None:  # the sync this rank joins counts for the plan as for the peers' (see _sync_across)
+        plan.calls += 1
 
     def join() -> None:
         exchange(f"{owner}.sync", [], group, world, failed=True)

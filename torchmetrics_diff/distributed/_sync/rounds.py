@@ -165,7 +165,7 @@ class Rounds:
         signature = check_agreement(self.owner, [StateSignature.decode(m["sig"]) for m in metas], self.world)
         sizes = [m["var"] for m in metas]
         new_plan = make_plan(signature, self.world, {})
-        new_plan.local = plan.local
+        new_plan.local, new_plan.calls = plan.local, plan.calls
         plan.__dict__.update(new_plan.__dict__)
         return self._finish(plan, sizes, {})
 
