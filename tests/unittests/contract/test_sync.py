@@ -118,25 +118,26 @@ def _count_body(rank: int, world: int) -> dict:
     return {"calls": calls, "failures": checks.failures}
 
 
-# case -> collectives allowed after the first sync: (gathers, all_reduces)
+# case -> collectives allowed after the first sync: (gathers, all_reduces). Every sync starts with the call's
+# header exchange (one fixed-size gather of host values), then one data gather in the steady state.
 STEADY = {
-    "ManySums(16 sums) compute": (1, 0),
-    "ManySums(16 sums) forward, step 2": (1, 0),
-    "ManySums(16 sums) forward, step 3": (1, 0),
-    "8 MeanMetrics compute": (1, 0),
-    "8 MeanMetrics forward, step 2": (1, 0),
-    "8 MeanMetrics forward, step 3 (rank 1 empty)": (1, 0),
-    "cat states compute": (2, 0),
-    "cat states forward, step 2": (1, 0),  # the rows fit the capacity agreed at step 1
-    "BigSum compute": (1, 1),  # 1 + one (sum, float64) bucket
+    "ManySums(16 sums) compute": (2, 0),
+    "ManySums(16 sums) forward, step 2": (2, 0),
+    "ManySums(16 sums) forward, step 3": (2, 0),
+    "8 MeanMetrics compute": (2, 0),
+    "8 MeanMetrics forward, step 2": (2, 0),
+    "8 MeanMetrics forward, step 3 (rank 1 empty)": (2, 0),
+    "cat states compute": (3, 0),
+    "cat states forward, step 2": (2, 0),  # the rows fit the capacity agreed at step 1
+    "BigSum compute": (2, 1),  # header + row + one (sum, float64) bucket
 }
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_collective_count_per_sync(world_size: int) -> None:
-    """Steady state: one collective per sync without cat states (16 sum states; a collection of 8 MeanMetrics),
-    two with cat states, 1 + one all_reduce for a large sum bucket; the first sync costs at most one more; never a
-    barrier; nothing at all with one rank. Values are checked along the way."""
+    """Steady state: the header exchange + one collective per sync without cat states (16 sum states; a collection
+    of 8 MeanMetrics), + two with cat states, + one and an all_reduce for a large sum bucket; the first sync costs at
+    most one more; never a barrier; nothing at all with one rank. Values are checked along the way."""
     results = run_distributed(_count_body, world_size, timeout=60)
     problems = [f for res in results for f in res["failures"]]
     for rank, res in enumerate(results):

@@ -22,7 +22,7 @@ from tests._helpers.harness import run_distributed
 from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric, _state_sync
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
-from torchmetrics_diff.distributed import _collectives, all_gather_cat, all_reduce, gather_all_tensors
+from torchmetrics_diff.distributed import _call, _collectives, all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._sync import engine as _sync
 from torchmetrics_diff.distributed._sync import rows as _rows
 from torchmetrics_diff.distributed._sync import steady as _steady
@@ -147,6 +147,8 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
         raise _Sentinel
 
     modules = (metric_module, collections_module, _state_sync, _sync, _rows, _steady, _collectives, _global, _strategy)
+    modules += (_call,)
+    monkeypatch.setattr(_call, "host_group", lambda group: group)  # no process group here to ask for its backend
     for module in modules:
         if hasattr(module, "group_size"):
             monkeypatch.setattr(module, "group_size", lambda group=None: 2)
@@ -176,16 +178,17 @@ def _collection(bad: bool) -> Any:
 
 @pytest.mark.parametrize("make", [_metric, _clip, _collection], ids=["Metric.forward", "CLIPLoss", "MetricCollection"])
 def test_failure_marker_uses_the_device_of_the_collective_it_joins(monkeypatch: pytest.MonkeyPatch, make: Any) -> None:
-    """A rank with a bad input joins its peers' collective with a failure marker. The peers send their buffer
-    on the inputs' / metric's device, so the marker must go on that device too: under NCCL a CPU marker cannot
-    be sent at all (the bad rank then raises a collective error and the peers wait until the timeout).
+    """A rank with a bad input joins its peers' first collective with a failure marker, so the marker must travel
+    as the peers' buffer does: under NCCL a buffer on another device cannot be sent at all. Every call's first
+    collective is its header exchange, a CPU tensor of host values (over a CPU-capable group, a gloo twin beside
+    NCCL) whatever the data's device: the good rank's and the bad rank's first buffers are both on the CPU.
 
-    No GPU needed: ``meta`` stands in for the accelerator, ``group_size``/``group_rank`` pretend a world of two,
-    and a fake gather records the device of the first buffer sent."""
+    No GPU needed: ``meta`` stands in for the accelerator (where the data lives), ``group_size``/``group_rank``
+    pretend a world of two, and a fake gather records the device of the first buffer sent."""
     good = _first_collective_device(monkeypatch, make(bad=False))
     bad = _first_collective_device(monkeypatch, make(bad=True))
-    assert good == "meta", f"the good rank sent its buffer on {good}"
-    assert bad == good, f"the bad rank's failure marker went on {bad}, the peers' buffer on {good}"
+    assert good == "cpu", f"the good rank sent its header on {good}"
+    assert bad == good, f"the bad rank's failure marker went on {bad}, the peers' header on {good}"
 
 
 @pytest.mark.filterwarnings("ignore:.*compute\\(\\) was called before update")
