@@ -1,0 +1,93 @@
+"""The call header (``distributed._call``): fixed size, names and counts, failure markers, and the gloo twin that
+carries it beside NCCL (exercised here by forcing a twin for the gloo test group)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests._helpers.collectives import record_collectives
+from tests._helpers.harness import run_distributed
+from tests._helpers.outcomes import outcome, problem
+from torchmetrics_diff import MeanMetric
+from torchmetrics_diff.distributed import _call, all_gather_cat
+from torchmetrics_diff.functional import clip_loss
+from torchmetrics_diff.losses import CLIPLoss
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_names_round_trip_through_the_header_and_are_truncated() -> None:
+    for name in ("", "all_reduce", "CLIPLoss.update: gather_all_tensors"):
+        assert _call._decode(_call._encode(name)) == name
+    long = "x" * 100
+    assert _call._decode(_call._encode(long)) == "x" * (8 * _call._NAME_INTS)
+
+
+def test_a_payload_longer_than_the_header_is_refused() -> None:
+    with pytest.raises(ValueError, match=f"at most {_call.PAYLOAD} ints; got {_call.PAYLOAD + 1}"):
+        _call.exchange("too long", [0] * (_call.PAYLOAD + 1), None, 2)
+
+
+def _headers_body(rank: int, world: int) -> dict[str, Any]:
+    """Payloads come back by rank; a public collective is its header exchange and its data collective."""
+    with record_collectives() as log:
+        got = _call.exchange("probe", [rank, 7 * rank], None, world)
+        all_gather_cat(torch.ones(2 + rank, 3), grad="none")
+    return {"got": got, "log": log}
+
+
+def test_every_rank_gets_every_payload() -> None:
+    results = run_distributed(_headers_body, 3, timeout=60)
+    for rank, res in enumerate(results):
+        assert res["got"] == [[r, 7 * r] for r in range(3)], f"rank {rank}: {res['got']}"
+        assert len(res["log"]) == 3, f"rank {rank}: header + (header + data) of all_gather_cat: {res['log']}"
+
+
+def _twin_body(rank: int, world: int) -> dict[str, Any]:
+    """Headers over a gloo twin (as beside NCCL): a loss, a syncing metric, a mismatch, all as over the group."""
+    _call._FORCE_TWIN = True
+    _call._HOSTS.clear()
+    try:
+        g = torch.Generator().manual_seed(rank)
+        img = torch.nn.functional.normalize(torch.randn(2 + rank, 4, generator=g, dtype=torch.float64), dim=1)
+        txt = torch.nn.functional.normalize(torch.randn(2 + rank, 4, generator=g, dtype=torch.float64), dim=1)
+        value = CLIPLoss()(img, txt, 3.0).detach()
+        metric = MeanMetric(dist_sync_on_step=True)
+        batch = metric(torch.tensor([float(rank)], dtype=torch.float64))
+        twin = _call._HOSTS[id(dist.GroupMember.WORLD)][1]
+        mismatch = outcome(lambda: metric(torch.ones(1)) if rank == 0 else metric.compute())
+        return {
+            "value": value,
+            "batch": batch,
+            "twin is another group": twin is not None and twin is not dist.GroupMember.WORLD,
+            "twin ranks": dist.get_process_group_ranks(twin),
+            "mismatch": mismatch,
+        }
+    finally:
+        _call._FORCE_TWIN = False
+        _call._HOSTS.clear()
+
+
+def test_headers_over_a_gloo_twin_group() -> None:
+    results = run_distributed(_twin_body, 2, timeout=90)
+    every = []
+    for r in range(2):
+        g = torch.Generator().manual_seed(r)
+        every.append(
+            [
+                torch.nn.functional.normalize(torch.randn(2 + r, 4, generator=g, dtype=torch.float64), dim=1)
+                for _ in "it"
+            ]
+        )
+    expected = clip_loss(torch.cat([e[0] for e in every]), torch.cat([e[1] for e in every]), 3.0)
+    problems = []
+    for rank, res in enumerate(results):
+        torch.testing.assert_close(res["value"], expected, rtol=1e-12, atol=1e-12)
+        assert res["batch"].item() == pytest.approx(0.5), res["batch"]  # mean of 0 and 1
+        assert res["twin is another group"] and res["twin ranks"] == [0, 1], res
+        problems.append(problem(f"rank {rank}", res["mismatch"], "RuntimeError", ("different calls", "MeanMetric")))
+    assert not [p for p in problems if p], "\n".join(p for p in problems if p)
