@@ -11,6 +11,9 @@ Two parts:
 2. *Real runs* at W = 2 on gloo: ``CLIPLoss`` forward + backward per step for both strategies at a few
    global batch sizes, to show where the communication (one more all-reduce and a reduce-scatter in
    backward for sharded) stops mattering.
+3. *Host round trips* at W = 2 on gloo, beside the step times: per training step of every loss and strategy and
+   of a syncing ``MeanMetric``, the calls that would make the host wait for a GPU (``tolist``, ``item``,
+   ``__bool__``, ...; ``tests/_helpers/round_trips.py``), on the first call and in the steady state (target 0).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 
 import torch
 from _timing import Budget, Check, fx, ms, ratio, run_spawned, table, time_dist
+
+from tests._helpers.round_trips import counting, total
 
 N_BIG, D_BIG = 8192, 256
 WORLDS = (1, 2, 4, 8)
@@ -74,6 +79,59 @@ def _real_worker(rank: int, world: int, sizes: tuple[int, ...], d: int, budget: 
         steps = {s: (lambda loss=loss, img=img, txt=txt: loss(img, txt, 10.0).backward()) for s, loss in losses.items()}
         timed = time_dist(steps, budget)
         out.update({(n, s): t for s, t in timed.items()})
+    return out
+
+
+def _round_trip_cases(rank: int, rows: int, d: int) -> dict[str, Any]:
+    """Name -> ``(criterion, step(criterion))``: one training step (forward + backward) of each loss and strategy,
+    and a ``MeanMetric`` forward that syncs (``dist_sync_on_step=True``)."""
+    from torchmetrics_diff import MeanMetric
+    from torchmetrics_diff.losses import (
+        BarlowTwinsLoss,
+        CLIPLoss,
+        GlobalMeanLoss,
+        InfoNCELoss,
+        SigLIPLoss,
+        SupConLoss,
+        TokenCrossEntropyLoss,
+    )
+
+    gen = torch.Generator().manual_seed(rank)
+    a = torch.nn.functional.normalize(torch.randn(rows, d, generator=gen), dim=1).requires_grad_()
+    b = torch.nn.functional.normalize(torch.randn(rows, d, generator=gen), dim=1).requires_grad_()
+    labels = torch.randint(0, 8, (rows,), generator=gen)
+    scale, bias = torch.tensor(10.0, requires_grad=True), torch.tensor(-5.0, requires_grad=True)
+    logits = torch.randn(rows, 16, 32, generator=gen, requires_grad=True)
+    target = torch.randint(0, 32, (rows, 16), generator=gen)
+    values = torch.randn(rows, 16, generator=gen, requires_grad=True)
+    cases: dict[str, Any] = {}
+    for s in ("replicated", "sharded", "ring"):
+        cases[f"CLIPLoss {s}"] = (CLIPLoss(strategy=s), lambda c: c(a, b, scale).backward())
+        cases[f"SigLIPLoss {s}"] = (SigLIPLoss(strategy=s), lambda c: c(a, b, scale, bias).backward())
+        cases[f"InfoNCELoss {s}"] = (InfoNCELoss(strategy=s), lambda c: c(a, b).backward())
+        cases[f"SupConLoss {s}"] = (SupConLoss(strategy=s), lambda c: c(a, labels).backward())
+    cases["BarlowTwinsLoss"] = (BarlowTwinsLoss(), lambda c: c(a, b).backward())
+    cases["GlobalMeanLoss"] = (GlobalMeanLoss(), lambda c: c(values, mask=values > 0).backward())
+    cases["TokenCrossEntropyLoss"] = (TokenCrossEntropyLoss(), lambda c: c(logits, target).backward())
+    mean = MeanMetric(dist_sync_on_step=True)
+    cases["MeanMetric sync step"] = (mean, lambda c: c(values, weight=values > 0).backward())
+    return cases
+
+
+def _round_trip_worker(rank: int, world: int, rows: int, d: int, budget: Budget) -> dict:
+    """Per case: host round trips of the first step and per steady step, and the median step time."""
+    cases = _round_trip_cases(rank, rows, d)
+    out = {}
+    for name, (criterion, step) in cases.items():
+        with counting() as first:
+            step(criterion)
+        step(criterion)  # warm-up
+        steady_steps = 3
+        with counting() as steady:
+            for _ in range(steady_steps):
+                step(criterion)
+        seconds = time_dist({name: lambda step=step, criterion=criterion: step(criterion)}, budget)[name]
+        out[name] = (total(first), total(steady) / steady_steps, seconds)
     return out
 
 
@@ -171,4 +229,21 @@ def main(args: Any) -> list[Check]:
             ["sharded adds one scalar all-reduce and a reduce-scatter in backward; it wins once compute dominates"],
         )
     )
+
+    rows_per_rank = 256 if not quick else 64
+    trips = run_spawned(_round_trip_worker, 2, rows_per_rank, 128, budget)
+    print(
+        table(
+            f"Host round trips per training step, W=2 on gloo ({rows_per_rank} rows per rank, D=128, float32)",
+            ["step", "ms/step", "round trips, first call", "round trips/step, steady"],
+            [[name, ms(sec), first, f"{steady:g}"] for name, (first, steady, sec) in trips.items()],
+            [
+                "round trips: calls that wait for the device on a GPU (tolist, item, __bool__, cpu, numpy, int/float, "
+                "data-shaped ops), counted on rank 0",
+                "every call's sizes travel as host values in its header exchange (a CPU tensor over a CPU-capable "
+                "group), so no shape needs to be cached: docs/guide/sync_engine.rst, 'Host round trips'",
+            ],
+        )
+    )
+    checks += [Check(f"{name}: host round trips per steady step, W=2", v[1], "<=", 0.0) for name, v in trips.items()]
     return checks

@@ -179,8 +179,15 @@ def _measure(rank: int, world: int, n: int) -> list[dict[str, Any]]:
                     xs = [x.clone().requires_grad_() for x in given]
                     value_err, grad_err, out_dtype = _errors(loss, xs, others, dtype, ref.detach(), ref_grads)
                     rows.append(
-                        {"kind": kind, "side": side, "dtype": name, "form": form, "value": value_err,
-                         "grad": grad_err, "out": out_dtype}
+                        {
+                            "kind": kind,
+                            "side": side,
+                            "dtype": name,
+                            "form": form,
+                            "value": value_err,
+                            "grad": grad_err,
+                            "out": out_dtype,
+                        }
                     )
     return rows
 
@@ -195,8 +202,11 @@ def main(args: Any) -> list[Check]:
         open_clip_loss()
     except Exception as err:
         print(f"open_clip's loss module not importable ({type(err).__name__}: {err}); install the bench extra\n")
-        return [Check(f"precision {LABELS[k]} {d}: ours <= open_clip", None, "<=", 1.0) for k in ("clip", "siglip")
-                for d in DTYPES]
+        return [
+            Check(f"precision {LABELS[k]} {d}: ours <= open_clip", None, "<=", 1.0)
+            for k in ("clip", "siglip")
+            for d in DTYPES
+        ]
     t0 = time.perf_counter()
     rows = run_spawned(_measure, 1, n, timeout=900.0)
     lines = []

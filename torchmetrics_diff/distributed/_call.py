@@ -20,6 +20,10 @@ The header is built from host values (names, shapes) and travels as a CPU tensor
 tensors: the call's own group when its backend has gloo (or a ``"cpu:gloo,cuda:nccl"`` pair), else a gloo twin
 of it made once (:func:`host_group`). Reading it therefore never waits for a GPU: it is a host-to-host exchange
 that runs while the GPU works through its queue, not a host round trip.
+
+Every exchange sends :data:`EXCHANGE_BYTES`: the header, then :data:`INLINE_BYTES` that a state sync of CPU data
+fills with its own row when it fits (:func:`inline_buffers`), so that on CPU/gloo a small sync is still one
+collective. A sync of GPU data moves its row in a collective of its own on the device.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ _FIXED = 12  # magic, sequence, count, status, payload length, reserved, 6 x 8 b
 _NAME_INTS = 6
 #: int64 of call metadata a header carries
 PAYLOAD = HEADER_INTS - _FIXED
+#: bytes after the header that a sync of CPU data can fill with its own row (see :func:`inline_buffers`)
+INLINE_BYTES = 1536
+#: bytes every rank sends in every header exchange
+EXCHANGE_BYTES = 8 * HEADER_INTS + INLINE_BYTES
 _MAGIC = 0x7444_6966_6643_6C6C  # never a sequence number or a small count: a rank in a foreign protocol shows
 _READY, _FAILED = 0, 1
 
@@ -53,6 +61,8 @@ _COUNTS: dict[int, list[Any]] = {}
 # the group each group's headers travel over (itself, or a gloo twin), by id of the group object
 _HOSTS: dict[int, tuple[Any, Any]] = {}
 _FORCE_TWIN = False  # tests: give gloo groups a twin too, so that the twin path runs without NCCL
+# the header exchange's (send, receive, NumPy view of the send header) buffers, by world size
+_BUFFERS: dict[int, tuple[torch.Tensor, torch.Tensor, Any]] = {}
 
 
 def enter(name: str, count: int) -> None:
@@ -129,9 +139,29 @@ def _decode(ints: Sequence[int]) -> str:
     return raw.rstrip(b"\0").decode("ascii", "replace")
 
 
+def _buffers(world: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """The (send, receive) byte buffers of the header exchanges of ``world`` ranks, made once, and a NumPy int64
+    view of the send buffer's header."""
+    bufs = _BUFFERS.get(world)
+    if bufs is None:
+        send = torch.zeros(EXCHANGE_BYTES, dtype=torch.uint8)
+        table = torch.zeros(world * EXCHANGE_BYTES, dtype=torch.uint8)
+        bufs = _BUFFERS[world] = (send, table, send[: 8 * HEADER_INTS].view(torch.int64).numpy())
+    return bufs
+
+
+def inline_buffers(world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inline area of the header exchange of ``world`` ranks: ``(send, table)``, ``INLINE_BYTES`` bytes and
+    ``(world, INLINE_BYTES)``. A caller whose data is on the CPU and fits writes it into ``send`` before its
+    :func:`exchange` and reads every rank's from ``table`` after: its sync is then that one collective. The same
+    buffers come back for every call (views of them can be kept); every header exchange overwrites ``table``."""
+    send, table, _ = _buffers(world)
+    return send[8 * HEADER_INTS :], table.view(world, EXCHANGE_BYTES)[:, 8 * HEADER_INTS :]
+
+
 def _host_rows(table: torch.Tensor, world: int) -> list[list[int]]:
     """Every rank's header as Python ints (a CPU tensor: nothing waits for a device)."""
-    return table.view(world, HEADER_INTS).tolist()
+    return table.view(world, EXCHANGE_BYTES)[:, : 8 * HEADER_INTS].view(torch.int64).tolist()
 
 
 def _ordinal(n: int) -> str:
@@ -178,10 +208,9 @@ def exchange(
     if count is None:
         count = _caller_count if _caller else named
     header = [_MAGIC, seq, count, _FAILED if failed else _READY, len(payload), 0, *_encode(name), *payload]
-    header += [0] * (HEADER_INTS - len(header))
-    row = torch.tensor(header, dtype=torch.int64)
-    table = torch.empty(world * HEADER_INTS, dtype=torch.int64)
-    all_gather_flat(table, row, host_group(group))
+    send, table, ints = _buffers(world)
+    ints[: len(header)] = header  # (a NumPy view of the send buffer's header: no tensor made per call)
+    all_gather_flat(table, send, host_group(group))
     rows = _host_rows(table, world)
     labels = labels or [f"rank {r}" for r in range(world)]
     if failed:  # this rank raises its own error next: its entry point ends there

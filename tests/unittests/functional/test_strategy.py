@@ -176,9 +176,7 @@ def _rows_on_rank(rank: int, world: int, cases: list[tuple[Any, ...]]) -> list[d
         x_all, y_all = _batch(sum(sizes))
         lo, hi = sum(sizes[:rank]), sum(sizes[: rank + 1])
         x, y = x_all[lo:hi].clone().requires_grad_(), y_all[lo:hi].clone().requires_grad_()
-        loss = global_rows_loss(
-            [x, y], _block, strategy=strategy, grad_reduction=reduction, candidates=candidates
-        )
+        loss = global_rows_loss([x, y], _block, strategy=strategy, grad_reduction=reduction, candidates=candidates)
         loss.backward()
         factor = world if reduction == "mean" else 1  # the trainer averages the W-scaled local gradients
         out.append({"value": float(loss), "x": x.grad / factor, "y": y.grad / factor})

@@ -31,7 +31,7 @@ import torch
 
 from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, dtype_from_code
-from torchmetrics_diff.distributed._call import PAYLOAD
+from torchmetrics_diff.distributed._call import INLINE_BYTES, PAYLOAD, inline_buffers
 from torchmetrics_diff.distributed._reductions import as_rows, reduce_rows
 from torchmetrics_diff.distributed._sync.plan import UNKNOWN_DTYPE, SyncPlan
 from torchmetrics_diff.distributed._sync.rows import HEADER, buffer_pair, layout, oversized
@@ -89,6 +89,8 @@ class SteadyPath:
         self.world, self.rank = world, rank  # the group shape it was built for: it is used for no other
         self.buckets, self.cats = buckets, cats
         self.row_bytes = plan.row_bytes
+        # a row of CPU data that fits the header exchange's inline area travels in it: the sync is one collective
+        self.inline = device.type == "cpu" and plan.row_bytes <= INLINE_BYTES
         self.head_bytes = HEADER + 8 * len(cats)
         self.slots, _ = layout(self.head_bytes, plan.caps(), plan.row_bytes)
         self.piece_names = plan.pieces()
@@ -133,7 +135,7 @@ class SteadyPath:
                 )
             elif not _reductions.is_elementwise(s.kind):
                 return None
-        if 2 + len(cats) > PAYLOAD:  # its header would not fit the call's: the general engine, every time
+        if 3 + len(cats) > PAYLOAD:  # its header would not fit the call's: the general engine, every time
             return None
         fns = tuple(reductions[n] for n in names)
         return cls(plan, names, fns, buckets, cats, world, rank, device)
@@ -141,11 +143,19 @@ class SteadyPath:
     # ------------------------------------------------------------------------------------------------ views
     def _views(self) -> None:
         """(Re)make the typed views when the shared buffers were replaced (or on first use)."""
-        row, table = buffer_pair(self.device, self.row_bytes, self.world, _SLOT)
+        if self.inline:  # the row rides in the call's header exchange: its inline area, made once per world size
+            row, grid = inline_buffers(self.world)
+            table = grid
+        else:
+            row, table = buffer_pair(self.device, self.row_bytes, self.world, _SLOT)
         if row is not self._base:
             self._base, self._cut, self._memo = row, ((), [], {}), None
-            grid = table[: self.world * self.row_bytes].view(self.world, self.row_bytes)
-            self.row, self.table = row[: self.row_bytes], table[: self.world * self.row_bytes]
+            if self.inline:
+                grid = grid[:, : self.row_bytes]
+            else:
+                grid = table[: self.world * self.row_bytes].view(self.world, self.row_bytes)
+                table = table[: self.world * self.row_bytes]
+            self.row, self.table = row[: self.row_bytes], table
             self.head_send = row[: self.head_bytes].view(torch.int64)
             self.head_numpy = _numpy_view(self.head_send)
             pieces = [*self.buckets, *self.cats]
@@ -223,8 +233,10 @@ class SteadyPath:
         return rows
 
     def gather(self, group: Group) -> None:
-        """The sync's one collective: every rank's row into the table."""
-        all_gather_flat(self.table, self.row, group)
+        """The sync's data collective: every rank's row into the table (nothing when the row rode inline in the
+        call's header exchange)."""
+        if not self.inline:
+            all_gather_flat(self.table, self.row, group)
 
     # ------------------------------------------------------------------------------------------------ receive
     def cut(self, heads: list[list[int]]) -> tuple | None:
