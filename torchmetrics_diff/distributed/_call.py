@@ -54,9 +54,12 @@ _READY, _FAILED = 0, 1
 # the entry point a collective runs for ("CLIPLoss.forward"), set by the loss classes: names the call (see enter)
 _caller = ""
 _caller_count = 0
+# bumped on every rank alike when a header exchange raises (peers in different calls, a failed peer): the objects'
+# call counts restart from it, so the ranks agree again after an error they all raised (see fresh_count)
+_epoch = 0
 
 # per group (by id of the group object, with a weak reference to tell a live group from a new one at that id):
-# [weakref, calls so far, {name: calls of that name so far}]
+# [weakref, calls so far, {name: calls of that name so far}, the error epoch those counts belong to]
 _COUNTS: dict[int, list[Any]] = {}
 # the group each group's headers travel over (itself, or a gloo twin), by id of the group object
 _HOSTS: dict[int, tuple[Any, Any]] = {}
@@ -84,6 +87,20 @@ def leave() -> None:
     _caller = ""
 
 
+def fresh_count(counted: tuple[int, int] | None) -> tuple[int, tuple[int, int]]:
+    """An object's count of its calls: ``(calls before this one, what to store for the next)``, from what it stored
+    (``None`` at first). Counts restart after an error of a header exchange, which every rank raised alike."""
+    n = counted[1] if counted is not None and counted[0] == _epoch else 0
+    return n, (_epoch, n + 1)
+
+
+def _failed_exchange() -> None:
+    """A header exchange raises (or this rank joined it only to fail): the entry point ends; counts restart."""
+    global _epoch
+    _epoch += 1
+    leave()
+
+
 def call_name(op: str) -> str:
     """``op`` inside the current entry point: ``"CLIPLoss.update: all_gather_cat"``; ``op`` outside any."""
     return f"{_caller}: {op}" if _caller else op
@@ -94,15 +111,18 @@ def _world_group() -> Any:
 
 
 def _next_count(group: Group, name: str) -> tuple[int, int]:
-    """This process's (calls on ``group`` so far, calls of ``name`` so far), then counts this one."""
+    """This process's (calls on ``group`` so far, calls of ``name`` so far), then counts this one. The counts of
+    names restart after an error of a header exchange, as objects' counts do (:func:`fresh_count`)."""
     pg = _world_group() if group is None else group
     entry = _COUNTS.get(id(pg))
     if entry is None or entry[0]() is not pg:
         try:
             ref: Any = weakref.ref(pg)
         except TypeError:  # a group object without weak references: held for the process's lifetime
-            ref = (lambda obj: lambda: obj)(pg)
-        entry = _COUNTS[id(pg)] = [ref, 0, {}]
+            ref = (lambda obj: (lambda: obj))(pg)
+        entry = _COUNTS[id(pg)] = [ref, 0, {}, _epoch]
+    if entry[3] != _epoch:
+        entry[2], entry[3] = {}, _epoch
     seq, names = entry[1], entry[2]
     count = names.get(name, 0)
     entry[1], names[name] = seq + 1, count + 1
@@ -214,14 +234,14 @@ def exchange(
     rows = _host_rows(table, world)
     labels = labels or [f"rank {r}" for r in range(world)]
     if failed:  # this rank raises its own error next: its entry point ends there
-        leave()
+        _failed_exchange()
         return []
     bad = [r for r, h in enumerate(rows) if h[0] == _MAGIC and h[3] == _FAILED]
     if bad:
-        leave()
+        _failed_exchange()
         raise peers_failed(who or name, [labels[r] if not sync else r for r in bad], sync=sync)
     if any(h[0] != _MAGIC or h[1:3] != rows[0][1:3] or h[6:_FIXED] != rows[0][6:_FIXED] for h in rows):
-        leave()
+        _failed_exchange()
         raise _different_calls(rows, labels)
     return [h[_FIXED : _FIXED + h[4]] for h in rows]
 

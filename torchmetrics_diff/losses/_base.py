@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed._call import enter, leave
+from torchmetrics_diff.distributed._call import enter, fresh_count, leave
 from torchmetrics_diff.functional._strategy import check_strategy, check_tile, checked_together
 from torchmetrics_diff.metric import Metric
 
@@ -42,8 +42,8 @@ def enter_call(loss: Metric, method: str) -> bool:
     ranks in different calls (one more ``update`` on one rank) raise naming them; only when it syncs. The caller
     ends it with ``leave()`` once its collectives are done (an error on the way ends it in the exchange)."""
     if loss.dist_sync_on_step and loss._distributed_available():
-        calls = loss.__dict__.get("_calls", 0)  # this loss's syncing calls so far: tells two of a class apart
-        loss.__dict__["_calls"] = calls + 1
+        # this loss's syncing calls so far: tells two of a class apart
+        calls, loss.__dict__["_calls"] = fresh_count(loss.__dict__.get("_calls"))
         enter(f"{type(loss).__name__}.{method}", calls)
         return True
     return False

@@ -119,27 +119,29 @@ def _count_body(rank: int, world: int) -> dict:
 
 
 # case -> collectives allowed after the first sync: (gathers, all_reduces). Every sync starts with the call's
-# header exchange (one fixed-size gather of host values). A compute's steady row of CPU data rides in its inline
-# area when it fits (the whole sync is that one gather); a forward's differentiable round A follows it (two).
+# header exchange (one fixed-size gather of host values); a row of CPU states that fits its inline area rides in
+# it, so the whole sync is that one gather (a larger row follows it: one more).
 STEADY = {
     "ManySums(16 sums) compute": (1, 0),
-    "ManySums(16 sums) forward, step 2": (2, 0),
-    "ManySums(16 sums) forward, step 3": (2, 0),
+    "ManySums(16 sums) forward, step 2": (1, 0),
+    "ManySums(16 sums) forward, step 3": (1, 0),
     "8 MeanMetrics compute": (1, 0),
-    "8 MeanMetrics forward, step 2": (2, 0),
-    "8 MeanMetrics forward, step 3 (rank 1 empty)": (2, 0),
-    "cat states compute": (3, 0),
-    "cat states forward, step 2": (2, 0),  # the rows fit the capacity agreed at step 1
-    "BigSum compute": (2, 1),  # header + row + one (sum, float64) bucket
+    "8 MeanMetrics forward, step 2": (1, 0),
+    "8 MeanMetrics forward, step 3 (rank 1 empty)": (1, 0),
+    # outgrown rows: round A (inline in the header when the row fits the inline area) + round B
+    "cat states compute": {(2, 0), (3, 0)},
+    "cat states forward, step 2": (1, 0),  # the rows fit the capacity agreed at step 1
+    "BigSum compute": (1, 1),  # 1 + one (sum, float64) bucket
 }
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_collective_count_per_sync(world_size: int) -> None:
-    """Steady state: one collective per compute without cat states (16 sum states; a collection of 8 MeanMetrics:
-    the row rides in the header exchange), the header + one per forward, the header + two with cat states, the
-    header + one and an all_reduce for a large sum bucket; the first sync costs at most one more; never a barrier;
-    nothing at all with one rank. Values are checked along the way."""
+    """Steady state: one collective per sync without cat states (16 sum states; a collection of 8 MeanMetrics; the
+    row rides in the call's header exchange), two or three with these cat states (round A, inline in the header when
+    it fits, and round B for the rows that outgrew their room), 1 + one all_reduce for a large sum bucket;
+    the first sync costs at most two more; never a barrier; nothing at all with one rank. Values are checked along
+    the way."""
     results = run_distributed(_count_body, world_size, timeout=60)
     problems = [f for res in results for f in res["failures"]]
     for rank, res in enumerate(results):
@@ -154,11 +156,13 @@ def test_collective_count_per_sync(world_size: int) -> None:
             if log != results[0]["calls"][case]:
                 problems.append(f"{where}: differs from rank 0's {results[0]['calls'][case]}")
             if case in STEADY:
-                gathers, reduces = STEADY[case]
-                if log.count(GATHER) != gathers or log.count("all_reduce") != reduces or len(log) != gathers + reduces:
-                    problems.append(f"{where}: expected {gathers} gather(s) and {reduces} all_reduce(s)")
+                allowed = STEADY[case] if isinstance(STEADY[case], set) else {STEADY[case]}
+                counted = (log.count(GATHER), log.count("all_reduce"))
+                if counted not in allowed or len(log) != sum(counted):
+                    problems.append(f"{where}: expected (gathers, all_reduces) in {sorted(allowed)}")
             else:  # the first sync: the header, then the general engine's rounds (two), then the all_reduces
                 steady = STEADY.get(case.replace(", first sync", "").replace("first step", "step 2"), (2, 1))
+                steady = max(steady) if isinstance(steady, set) else steady
                 if not 0 < len(log) <= 3 + steady[1]:
                     problems.append(f"{where}: first sync expected at most {3 + steady[1]} collectives")
     assert not problems, "\n".join(problems)

@@ -90,12 +90,15 @@ def test_nan_per_strategy(cls: type, strategy: Any) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         metric.update(torch.tensor(NAN_INPUT))
+        at_update = len(caught)
+        value = metric.compute()  # "warn" counts NaNs on the device and reports them here (CatMetric: at update)
     messages = [str(w.message) for w in caught if "NaN" in str(w.message)]
     if strategy == "warn":
         assert messages and name in messages[0] and "nan_strategy='warn'" in messages[0], messages
+        assert len(messages) == 1, messages
+        assert at_update == (1 if cls is CatMetric else 0), f"{name}: {at_update} warnings from update()"
     else:
         assert not messages, f"nan_strategy={strategy!r} must not warn: {messages}"
-    value = metric.compute()
     if strategy == "disable":
         expected = torch.tensor([1.0, NAN, -3.0]) if cls is CatMetric else torch.tensor(NAN)
     else:
@@ -144,9 +147,10 @@ def test_mean_weight_nan_drops_the_pair(strategy: str) -> None:
     """Under "warn"/"ignore" a NaN weight drops its (value, weight) pair, as a NaN value drops its weight."""
     metric = MeanMetric(nan_strategy=strategy)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("ignore")  # "warn" reports at compute()
         metric.update(torch.tensor([1.0, 2.0, 3.0]), weight=torch.tensor([1.0, NAN, 1.0]))
-    assert metric.compute().item() == pytest.approx(2.0), f"got {metric.compute()} (expected (1 + 3) / 2)"
+        value = metric.compute()
+    assert value.item() == pytest.approx(2.0), f"got {value} (expected (1 + 3) / 2)"
 
 
 # ------------------------------------------------------------------------------------------- Metric constructor

@@ -39,7 +39,7 @@ from torchmetrics_diff.distributed._backend import (
     group_size,
     set_grad_enabled,
 )
-from torchmetrics_diff.distributed._call import exchange
+from torchmetrics_diff.distributed._call import INLINE_BYTES, exchange, fresh_count, inline_buffers
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._failure import CollectiveError, collective_failed, fail_on_every_rank
 from torchmetrics_diff.distributed._reductions import Reduction, State
@@ -123,7 +123,7 @@ def _sync_across(
     rank's steady-path header, or a marker), then the steady path when every rank can take it, else the rounds."""
     rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
-    count, plan.calls = plan.calls, plan.calls + 1
+    count, plan.calls = fresh_count(plan.calls)
     steady = plan.steady  # None unless the plan's steady path is READY
     if not (
         steady is not None
@@ -155,6 +155,8 @@ def _sync_across(
     else:
         device = steady.device
     rounds: Rounds | None = None
+    inline: _InlineRoundA | None = None
+    name = f"{owner}.{call}"
     if steady is not None:
         payload = [_STEADY, *steady.head_ints]
     elif problem is None:
@@ -163,12 +165,21 @@ def _sync_across(
         rounds = Rounds(items, plan, group, rank, world, owner, device)
         ints = rounds.head_ints(local_hash)
         payload = [_ROUNDS, *ints] if ints is not None else [_UNKNOWN]
+        if ints is not None and device.type == "cpu" and plan.row_bytes <= INLINE_BYTES:
+            inline = _InlineRoundA(name, payload, group, world, owner, count)
     else:
         payload = []
     try:
-        heads = exchange(
-            f"{owner}.{call}", payload, group, world, failed=problem is not None, who=owner, sync=True, count=count
-        )
+        if inline is not None and rounds is not None:  # round A rides in the header exchange
+            with torch.enable_grad() if track else torch.no_grad():
+                result = rounds.run_inline(local_hash, local_sig, inline)
+            if result is not None:
+                if grad == "none":
+                    _arm(plan, local_hash, states, reductions, world, rank, device)
+                return result
+            heads = inline.all_heads
+        else:
+            heads = exchange(name, payload, group, world, failed=problem is not None, who=owner, sync=True, count=count)
     except CollectiveError as err:
         raise collective_failed(err, owner, list(states), world) from err
     if problem is not None:
@@ -199,6 +210,32 @@ def _sync_across(
 
 # what a rank's payload in the call's header starts with: the steady path's header ints, round A's, or neither
 _STEADY, _ROUNDS, _UNKNOWN = 1, 2, 3
+
+
+class _InlineRoundA:
+    """Round A of CPU states through the call's header exchange: the row goes into the exchange's inline area, so
+    the exchange that identifies the call also moves the data. Called by the row job with the row's pieces."""
+
+    def __init__(self, name: str, payload: list[int], group: Group, world: int, owner: str, count: int) -> None:
+        self.name, self.payload, self.group, self.world, self.owner, self.count = (
+            name,
+            payload,
+            group,
+            world,
+            owner,
+            count,
+        )
+        self.all_heads: list[list[int]] = []
+        self.heads: list[list[int]] | None = None  # every rank's round A header, when every rank sent its row inline
+
+    def __call__(self, pieces: list[torch.Tensor], row_bytes: int) -> torch.Tensor:
+        send, grid = inline_buffers(self.world)
+        torch.cat(pieces, out=send[:row_bytes])
+        heads = exchange(self.name, self.payload, self.group, self.world, who=self.owner, sync=True, count=self.count)
+        self.all_heads = heads
+        if {h[0] for h in heads} == {_ROUNDS} and len({len(h) for h in heads}) == 1:
+            self.heads = [h[1:] for h in heads]
+        return grid[:, :row_bytes]
 
 
 def _arm(
@@ -267,7 +304,7 @@ def fail_sync(
     world = group_size(group)
 
     if plan is not None:  # the sync this rank joins counts for the plan as for the peers' (see _sync_across)
-        plan.calls += 1
+        plan.calls = fresh_count(plan.calls)[1]
 
     def join() -> None:
         exchange(f"{owner}.sync", [], group, world, failed=True)

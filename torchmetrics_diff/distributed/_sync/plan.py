@@ -175,7 +175,8 @@ class SyncPlan:
     local: tuple = ()  # (key, hash, signature) of this rank's last signature (a cache, not agreed)
     steady_status: SteadyStatus = SteadyStatus.PENDING
     steady: Any = None  # the SteadyPath when steady_status is READY, else None
-    calls: int = 0  # syncs made with this plan (its owner's): tells two metrics of one class apart in the header
+    calls: tuple[int, int] | None = None  # syncs made with this plan (its owner's), as ``_call.fresh_count`` keeps
+    # them: tells two metrics of one class apart in the header
 
     def cat_row_bytes(self, name: str) -> int:
         return self._cat[name]

@@ -61,9 +61,11 @@ class Rounds:
         self.owner, self.device = owner, device
         self.by_name = {e.name: e for e in entries}
 
-    def _rows(self, header: torch.Tensor, tensors: list, caps: list, min_row: int = 0, slot: str = "a") -> tuple:
+    def _rows(
+        self, header: torch.Tensor, tensors: list, caps: list, min_row: int = 0, slot: str = "a", via: Any = None
+    ) -> tuple:
         with self._naming_failures():
-            return gather_rows(header, tensors, caps, self.group, self.rank, self.world, min_row, slot)
+            return gather_rows(header, tensors, caps, self.group, self.rank, self.world, min_row, slot, via)
 
     @contextmanager
     def _naming_failures(self) -> Iterator[None]:
@@ -97,6 +99,17 @@ class Rounds:
         self, local_hash: int, local_sig: list[StateSignature], heads: list[list[int]] | None = None
     ) -> dict[str, Any]:
         """Round A, then :meth:`after_round_a` (with every rank's :meth:`head_ints` when the caller has them)."""
+        return self._run(local_hash, local_sig, heads)
+
+    def run_inline(self, local_hash: int, local_sig: list[StateSignature], via: Any) -> dict[str, Any] | None:
+        """Round A carried by the call's header exchange: ``via(row)`` writes this rank's row into the exchange's
+        inline area, runs the exchange and returns every rank's header payload (``heads``) and the gathered rows;
+        ``None`` when a rank did not send a round A row this way (the caller then runs :meth:`run`)."""
+        return self._run(local_hash, local_sig, None, via)
+
+    def _run(
+        self, local_hash: int, local_sig: list[StateSignature], heads: list[list[int]] | None, via: Any = None
+    ) -> dict[str, Any] | None:
         plan, device = self.plan, self.device
         variable = [v for e in self.entries for v in e.variable()]
         fits = local_hash == plan.signature_hash
@@ -115,8 +128,12 @@ class Rounds:
             for name, rows in plan.capacity.items():
                 t = self.by_name[name].tensor if fits else None
                 tensors.append(t if t is not None and t.shape[0] <= rows else self._empty())
-            table, outs = self._rows(header, tensors, plan.caps(), min_row=plan.row_bytes)
+            table, outs = self._rows(header, tensors, plan.caps(), min_row=plan.row_bytes, via=via)
             gathered = dict(zip(plan.pieces(), outs))
+            if via is not None:
+                heads = via.heads
+                if heads is None:  # not every rank sent its row inline: their rows are not in this table
+                    return None
         return self.after_round_a(table, gathered, local_sig, heads)
 
     def after_round_a(

@@ -70,6 +70,7 @@ class _RowJob:
     slots: list  # (offset, capacity in bytes) per tensor
     slot: str = "a"  # which reusable buffer pair: rounds of one sync must not share one
     table: torch.Tensor | None = None
+    via: Any = None  # gathers the row itself (the call's header exchange, inline): row -> (W, row_bytes) table
 
     def run(self, header: torch.Tensor, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         device, pieces, pos = header.device, [header], header.numel()
@@ -81,10 +82,13 @@ class _RowJob:
             pos = offset + raw.numel()
         if self.row_bytes > pos:
             pieces.append(_zeros(self.row_bytes - pos, device))
-        row, table = _buffers(device, self.row_bytes, self.world, self.slot)
-        torch.cat(pieces, out=row)
-        all_gather_flat(table, row, self.group)
-        self.table = table.view(self.world, self.row_bytes)
+        if self.via is not None:
+            self.table = self.via(pieces, self.row_bytes)
+        else:
+            row, table = _buffers(device, self.row_bytes, self.world, self.slot)
+            torch.cat(pieces, out=row)
+            all_gather_flat(table, row, self.group)
+            self.table = table.view(self.world, self.row_bytes)
         return tuple(
             self.table[:, off : off + cap].view(t.dtype) if cap else t.new_empty((self.world, 0))
             for t, (off, cap) in zip(tensors, self.slots)
@@ -144,14 +148,16 @@ def gather_rows(
     world: int,
     min_row: int = 0,
     slot: str = "a",
+    via: Any = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """All-gather ``header`` and ``tensors`` (tensor ``i`` padded to ``caps[i]`` bytes) in one row per rank.
 
     Returns the gathered ``(W, row_bytes)`` byte table and, per tensor, a ``(W, caps[i] / itemsize)`` view of
-    every rank's copy. Autograd is involved only when a tensor requires gradient.
+    every rank's copy. Autograd is involved only when a tensor requires gradient. ``via(pieces, row_bytes)``, when
+    given, writes the row's pieces where it wants and gathers them itself, returning the ``(W, row_bytes)`` table.
     """
     slots, row_bytes = layout(header.numel(), caps, min_row)
-    job = _RowJob(group, rank, world, row_bytes, slots, slot)
+    job = _RowJob(group, rank, world, row_bytes, slots, slot, via=via)
     if any(t.requires_grad for t in tensors):
         outs = _GatherRows.apply(job, header, *tensors)
     else:
