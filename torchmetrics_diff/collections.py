@@ -259,7 +259,7 @@ class MetricCollection(nn.ModuleDict):
         snapshots = {name: m._snapshot() for name, m in leaders.items()}
         try:
             for m in leaders.values():
-                m.update(*args, **m._filter_kwargs(kwargs))
+                m.update(*args, **m._filter_kwargs(**kwargs))
         except BaseException:  # all or nothing: a retry must not count the batch twice in some members
             for name, m in leaders.items():
                 m._restore(snapshots[name])
@@ -281,7 +281,7 @@ class MetricCollection(nn.ModuleDict):
         try:
             for name, m in leaders.items():
                 steps[name] = m._begin_batch()
-                m._update_batch(steps[name], args, m._filter_kwargs(kwargs), announce=False)
+                m._update_batch(steps[name], args, m._filter_kwargs(**kwargs), announce=False)
         except Exception as err:
             for name, step in steps.items():
                 leaders[name]._abort_batch(step)

@@ -66,7 +66,7 @@ class CompositionalMetric(Metric):
         snapshot = self._snapshot()
         try:
             for m in self._members():
-                m.update(*args, **m._filter_kwargs(kwargs))
+                m.update(*args, **m._filter_kwargs(**kwargs))
         except BaseException:
             self._restore(snapshot)
             raise
@@ -81,7 +81,7 @@ class CompositionalMetric(Metric):
         snapshot = self._snapshot()
         try:
             a, b = (
-                m(*args, **m._filter_kwargs(kwargs)) if isinstance(m, Metric) else m
+                m(*args, **m._filter_kwargs(**kwargs)) if isinstance(m, Metric) else m
                 for m in (self.metric_a, self.metric_b)
             )
         except BaseException:

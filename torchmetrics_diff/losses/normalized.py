@@ -31,7 +31,7 @@ from torchmetrics_diff.distributed import all_gather_cat, all_reduce
 from torchmetrics_diff.distributed._backend import default_device, group_size
 from torchmetrics_diff.functional._checks import safe_divide
 from torchmetrics_diff.functional._strategy import checked_together, global_normalized
-from torchmetrics_diff.losses._base import check_consistent
+from torchmetrics_diff.losses._base import check_consistent, note_value_dtype, value_dtype
 from torchmetrics_diff.metric import Metric
 
 
@@ -71,6 +71,7 @@ class GlobalMeanLoss(Metric):
         self.add_state("loss_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("weight", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self._accumulation: list[float] | None = None  # [global total, local planned, local seen] inside accumulate()
+        self._value_dtype = torch.float32  # the widest value returned (see note_value_dtype)
 
     def _block(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         return F.weighted_mean_block(*args, **kwargs)
@@ -167,6 +168,7 @@ class GlobalMeanLoss(Metric):
             value = safe_divide(loss_sum, denominator)
         step = self._begin_batch()
         self._add_block(loss_sum.detach(), count.detach())
+        note_value_dtype(self, value)
         if self._accumulation is not None:
             self._accumulation[2] += float(count)
         return self._finish_batch(step, value)
@@ -187,11 +189,13 @@ class GlobalMeanLoss(Metric):
 
     def _update_from(self, **inputs: Any) -> None:
         self._check_inputs(inputs)
-        self._add_block(*self._block(**inputs))
+        loss_sum, count = self._block(**inputs)
+        self._add_block(loss_sum, count)
+        note_value_dtype(self, loss_sum)
 
     def compute(self) -> Tensor:
-        """The weighted mean over everything seen (every rank when ``sync_on_compute``)."""
-        return self.loss_sum / self.weight
+        """The weighted mean over everything seen (every rank when ``sync_on_compute``), in ``forward``'s dtype."""
+        return (self.loss_sum / self.weight).to(value_dtype(self))
 
 
 class TokenCrossEntropyLoss(GlobalMeanLoss):
