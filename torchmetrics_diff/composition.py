@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 from torchmetrics_diff._tensors import detach
+from torchmetrics_diff._torchmetrics import is_torchmetrics_metric
 from torchmetrics_diff.metric import Metric
 
 
@@ -129,6 +130,10 @@ class CompositionalMetric(Metric):
 # ------------------------------------------------------------------------------------- Metric's operators
 def _binary(fn: Callable, reflected: bool = False) -> Callable:
     def method(self: Metric, other: Any = None) -> Metric:
+        if not isinstance(other, Metric) and is_torchmetrics_metric(other):
+            # a torchmetrics metric: its reflected operator builds torchmetrics' CompositionalMetric, which
+            # drives both (ours through the lifecycle torchmetrics calls); ours would take it for a constant
+            return NotImplemented
         return CompositionalMetric(fn, other, self) if reflected else CompositionalMetric(fn, self, other)
 
     method.__name__ = getattr(fn, "__name__", "op")

@@ -30,6 +30,7 @@ from torch import nn
 
 from torchmetrics_diff._state_sync import SyncSpec, gather_each, sync_metrics
 from torchmetrics_diff._tensors import default_device, detach, promoted, unaliased, unhalved
+from torchmetrics_diff._torchmetrics import refuse_in_torchmetrics_containers
 from torchmetrics_diff.distributed._backend import Group, group_size
 from torchmetrics_diff.distributed._compile import compiling, outside_graph
 from torchmetrics_diff.distributed._reductions import REDUCTIONS, as_rows, merge, valid
@@ -1019,6 +1020,8 @@ def _differs(value: Any, default: Any) -> bool:
     except Exception:  # tensors of several elements, objects without a usable comparison
         return True
 
+
+refuse_in_torchmetrics_containers(Metric)  # the torchmetrics containers that cannot hold our metrics say so
 
 # Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each
 # (torchmetrics_diff.distributed._compile.outside_graph; docs/guide/compile.rst).
