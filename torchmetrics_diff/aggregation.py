@@ -19,6 +19,7 @@ from typing import Any, Callable, Union
 import torch
 
 from torchmetrics_diff.distributed._compile import compiling
+from torchmetrics_diff.distributed._reductions import as_rows
 from torchmetrics_diff.functional._checks import acc_dtype
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
@@ -291,7 +292,11 @@ class MinMetric(_Extremum):
 
 
 class CatMetric(BaseAggregator):
-    """Concatenation of every value seen (flattened), in rank order when syncing.
+    """Concatenation of every value seen along dim 0 (rows), in rank order when syncing, as in torchmetrics.
+
+    A tensor of shape ``(n, ...)`` adds ``n`` rows; a 0-d tensor or a number adds one. Every row must have the
+    shape of the first (``(2, 3)`` then ``(1, 3)`` gives ``(3, 3)``; 0-d and 1-d values are both rows of shape
+    ``()``). With a NaN-dropping ``nan_strategy``, a row holding a NaN is dropped whole.
 
     Example:
         >>> import torch
@@ -301,23 +306,54 @@ class CatMetric(BaseAggregator):
         >>> metric.update(3.0)
         >>> metric.compute()
         tensor([1., 2., 3.])
+        >>> rows = CatMetric()
+        >>> rows.update(torch.zeros(2, 3))
+        >>> rows.update(torch.ones(1, 3))
+        >>> rows.compute().shape
+        torch.Size([3, 3])
     """
 
     def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
         super().__init__("cat", [], nan_strategy, state_name="value", **kwargs)
 
     def update(self, value: torch.Tensor | float) -> None:
-        """Append ``value`` (flattened) to the list."""
-        value = self._clean(value).reshape(-1)
+        """Append the rows of ``value`` (a 0-d value is one row).
+
+        Raises:
+            ValueError: the rows of ``value`` have another shape than the rows seen before.
+        """
+        value = as_rows(self._as_tensor(value))
+        if self.value:
+            _check_rows(type(self).__name__, self.value[0], value)
+        keep = self._nan_mask(value)
+        if keep is not None:
+            if value.ndim > 1 and not isinstance(self.nan_strategy, float):  # whole rows, so rows stay rows
+                keep = keep.reshape(len(value), -1).all(dim=1)
+            value = self._replace_or_drop(value, keep)
         value = value.to(acc_dtype(value.dtype))  # never stored in half precision
         if value.numel() or value.requires_grad:  # an empty batch in forward keeps the rank in the graph
             self.value.append(value)
 
     def compute(self) -> torch.Tensor:
-        """Every value seen, as one 1-D tensor (empty when nothing was seen)."""
+        """Every row seen, as one tensor (1-D and empty when nothing was seen).
+
+        Raises:
+            ValueError: rows of different shapes were accumulated (by ``forward`` or ``merge_state``).
+        """
         if not self.value:
             return torch.zeros(0, dtype=self.dtype, device=self.device)
+        first = as_rows(self.value[0])
+        for rows in self.value[1:]:
+            _check_rows(type(self).__name__, first, as_rows(rows))
         return dim_zero_cat(self.value)
+
+
+def _check_rows(owner: str, seen: torch.Tensor, value: torch.Tensor) -> None:
+    if seen.shape[1:] != value.shape[1:]:
+        raise ValueError(
+            f"{owner}: every row of `value` must have shape {tuple(seen.shape[1:])} (the rows seen before); "
+            f"got rows of shape {tuple(value.shape[1:])}"
+        )
 
 
 class MeanMetric(BaseAggregator):

@@ -191,13 +191,13 @@ class MetricCollection(nn.ModuleDict):
     # ------------------------------------------------ dict access, as torchmetrics' MetricCollection
     def keys(self, keep_base: bool = False) -> Iterable[str]:  # type: ignore[override]
         """The members' keys: with prefix and postfix, or the bare names with ``keep_base=True``."""
-        return self._modules.keys() if keep_base else [self._key(n) for n in self._modules]
+        return self._modules.keys() if keep_base else {self._key(n): m for n, m in self._modules.items()}.keys()
 
     def items(self, keep_base: bool = False, copy_state: bool = True) -> Iterable[tuple[str, Metric]]:  # type: ignore[override]
         """``(key, member)`` pairs; keys as in :meth:`keys`. ``copy_state`` is accepted for torchmetrics' sake."""
         if keep_base:
             return self._modules.items()
-        return [(self._key(n), m) for n, m in self._modules.items()]
+        return {self._key(n): m for n, m in self._modules.items()}.items()
 
     def values(self, copy_state: bool = True) -> Iterable[Metric]:  # type: ignore[override]
         """The members. ``copy_state`` is accepted for torchmetrics' sake."""
@@ -259,7 +259,7 @@ class MetricCollection(nn.ModuleDict):
         snapshots = {name: m._snapshot() for name, m in leaders.items()}
         try:
             for m in leaders.values():
-                m.update(*args, **m._filter_kwargs(kwargs))
+                m.update(*args, **m._filter_kwargs(**kwargs))
         except BaseException:  # all or nothing: a retry must not count the batch twice in some members
             for name, m in leaders.items():
                 m._restore(snapshots[name])
@@ -281,7 +281,7 @@ class MetricCollection(nn.ModuleDict):
         try:
             for name, m in leaders.items():
                 steps[name] = m._begin_batch()
-                m._update_batch(steps[name], args, m._filter_kwargs(kwargs), announce=False)
+                m._update_batch(steps[name], args, m._filter_kwargs(**kwargs), announce=False)
         except Exception as err:
             for name, step in steps.items():
                 leaders[name]._abort_batch(step)
@@ -420,9 +420,13 @@ class MetricCollection(nn.ModuleDict):
         return out
 
     def __repr__(self) -> str:
-        inner = ",\n".join(f"  ({k}): {m!r}" for k, m in self._modules.items())
-        extra = "".join(f", {n}={v!r}" for n, v in (("prefix", self.prefix), ("postfix", self.postfix)) if v)
-        return f"{type(self).__name__}(\n{inner}{extra}\n)"
+        """torchmetrics' layout: ``nn.Module``'s, then ``prefix=...`` and ``postfix=...`` lines (unquoted)."""
+        text = super().__repr__()[:-2] if self._modules else f"{type(self).__name__}("
+        if self.prefix:
+            text += f",\n  prefix={self.prefix}{',' if self.postfix else ''}"
+        if self.postfix:
+            text += f"{',' if not self.prefix else ''}\n  postfix={self.postfix}"
+        return text + ("\n)" if self._modules or self.prefix or self.postfix else ")")
 
 
 # Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each.

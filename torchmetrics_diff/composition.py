@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 from torchmetrics_diff._tensors import detach
+from torchmetrics_diff._torchmetrics import is_torchmetrics_metric
 from torchmetrics_diff.metric import Metric
 
 
@@ -66,7 +67,7 @@ class CompositionalMetric(Metric):
         snapshot = self._snapshot()
         try:
             for m in self._members():
-                m.update(*args, **m._filter_kwargs(kwargs))
+                m.update(*args, **m._filter_kwargs(**kwargs))
         except BaseException:
             self._restore(snapshot)
             raise
@@ -81,7 +82,7 @@ class CompositionalMetric(Metric):
         snapshot = self._snapshot()
         try:
             a, b = (
-                m(*args, **m._filter_kwargs(kwargs)) if isinstance(m, Metric) else m
+                m(*args, **m._filter_kwargs(**kwargs)) if isinstance(m, Metric) else m
                 for m in (self.metric_a, self.metric_b)
             )
         except BaseException:
@@ -129,6 +130,10 @@ class CompositionalMetric(Metric):
 # ------------------------------------------------------------------------------------- Metric's operators
 def _binary(fn: Callable, reflected: bool = False) -> Callable:
     def method(self: Metric, other: Any = None) -> Metric:
+        if not isinstance(other, Metric) and is_torchmetrics_metric(other):
+            # a torchmetrics metric: its reflected operator builds torchmetrics' CompositionalMetric, which
+            # drives both (ours through the lifecycle torchmetrics calls); ours would take it for a constant
+            return NotImplemented
         return CompositionalMetric(fn, other, self) if reflected else CompositionalMetric(fn, self, other)
 
     method.__name__ = getattr(fn, "__name__", "op")

@@ -30,6 +30,7 @@ from torch import nn
 
 from torchmetrics_diff._state_sync import SyncSpec, gather_each, sync_metrics
 from torchmetrics_diff._tensors import default_device, detach, promoted, unaliased, unhalved
+from torchmetrics_diff._torchmetrics import refuse_in_torchmetrics_containers
 from torchmetrics_diff.distributed._backend import Group, group_size
 from torchmetrics_diff.distributed._compile import compiling, outside_graph
 from torchmetrics_diff.distributed._reductions import REDUCTIONS, as_rows, merge, valid
@@ -399,8 +400,12 @@ class Metric(nn.Module):
         """Whether ``other`` has this metric's states and ``update``, so that one can stand for both."""
         return other._reductions == self._reductions and type(other)._raw_update is type(self)._raw_update
 
-    def _filter_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The keyword arguments ``update`` accepts (all of them when it takes ``**kwargs``)."""
+    def _filter_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+        """The keyword arguments ``update`` accepts (all of them when it takes ``**kwargs``).
+
+        Called as torchmetrics calls it (``m._filter_kwargs(**kwargs)``), so torchmetrics' own containers
+        (``torchmetrics.MetricCollection``, its ``CompositionalMetric``) can drive our metrics too.
+        """
         params = inspect.signature(self.update).parameters
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
             return kwargs
@@ -497,7 +502,11 @@ class Metric(nn.Module):
         fn = fn if fn is not None else self.distributed_available_fn
         if fn is not None and not fn():
             return False
-        return group_size(group if group is not None else self.process_group) > 1
+        if group_size(group if group is not None else self.process_group) > 1:
+            return True
+        # a custom gather is the caller's own business: when the caller's `distributed_available_fn` says so, it
+        # runs even without a process group (as in torchmetrics, whose tests emulate ranks that way)
+        return fn is not None and self.dist_sync_fn is not None
 
     def _synced_error(self, what: str) -> TorchMetricsUserError:
         return TorchMetricsUserError(
@@ -851,10 +860,20 @@ class Metric(nn.Module):
         return new
 
     def _apply(self, fn: Callable, *args: Any, **kwargs: Any) -> Metric:
-        """Follow device moves of ``.to()``/``.cuda()``/a parent's ``.to()``, but never a parent's dtype cast.
+        """Follow device moves, never dtype casts: the one rule for every ``nn.Module`` method that reaches here.
 
-        ``model.half()`` must not turn accumulators into float16; use :meth:`set_dtype` for that. The target
-        device is read by applying ``fn`` to an empty probe tensor.
+        ``metric.to(device)``, ``.cuda()``, ``.cpu()`` and a parent's ``.to(...)`` move the states;
+        ``metric.to(torch.float64)``, ``.double()``, ``.float()``, ``.half()``, ``.bfloat16()``, ``.type(...)``
+        and a parent's casts leave them in their dtype (as in torchmetrics), so ``model.half()`` cannot turn
+        accumulators into float16. :meth:`set_dtype` is the one way to change it. The target device is read by
+        applying ``fn`` to an empty probe tensor.
+
+        Example:
+            >>> import torch
+            >>> from torchmetrics_diff import SumMetric
+            >>> metric = SumMetric()
+            >>> metric.double().to(torch.float16).sum_value.dtype
+            torch.float32
         """
         super()._apply(fn, *args, **kwargs)
         device = fn(torch.empty(0, device=self._device)).device
@@ -875,7 +894,14 @@ class Metric(nn.Module):
         return self
 
     def set_dtype(self, dst_type: str | torch.dtype) -> Metric:
-        """Cast every floating-point state (and default) to ``dst_type``.
+        """Cast every floating-point state (and default) to ``dst_type``: the one way to change the states' dtype.
+
+        Args:
+            dst_type: ``torch.float32`` or ``torch.float64`` (or their names). Half precision is refused: states
+                never accumulate in float16 or bfloat16 (half-precision inputs are accumulated in float32).
+
+        Raises:
+            ValueError: ``dst_type`` is not a dtype, not floating, or a half-precision one.
 
         Example:
             >>> import torch
@@ -883,9 +909,14 @@ class Metric(nn.Module):
             >>> SumMetric().set_dtype(torch.float64).sum_value.dtype
             torch.float64
         """
-        dtype = getattr(torch, dst_type) if isinstance(dst_type, str) else dst_type
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"`dst_type` must be a torch.dtype; got {dst_type!r}")
+        dtype = getattr(torch, dst_type, None) if isinstance(dst_type, str) else dst_type
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"`dst_type` must be a floating torch.dtype (float32 or float64); got {dst_type!r}")
+        if torch.finfo(dtype).bits < 32:
+            raise ValueError(
+                f"`dst_type` must be float32 or float64; got {dtype}: metric states never accumulate in half "
+                "precision (half-precision inputs are accumulated in float32)"
+            )
 
         def cast(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
@@ -900,21 +931,13 @@ class Metric(nn.Module):
         self._computed = None
         return self
 
-    def half(self) -> Metric:
-        """Cast floating states to float16 (a parent module's ``.half()`` leaves them alone)."""
-        return self.set_dtype(torch.float16)
-
-    def float(self) -> Metric:
-        """Cast floating states to float32."""
-        return self.set_dtype(torch.float32)
-
-    def double(self) -> Metric:
-        """Cast floating states to float64."""
-        return self.set_dtype(torch.float64)
-
-    def bfloat16(self) -> Metric:
-        """Cast floating states to bfloat16."""
-        return self.set_dtype(torch.bfloat16)
+    def __prepare_scriptable__(self) -> Metric:
+        """``torch.jit.script`` calls this first: refuse with one clear error instead of a compiler dump."""
+        raise TypeError(
+            f"torch.jit.script does not support {type(self).__name__}: torchmetrics_diff metrics are not "
+            "TorchScript-compatible (torch deprecates TorchScript). Use torch.compile, or script the model "
+            "without its metrics and call them outside the scripted module."
+        )
 
     def _move_list_states(self, device: torch.device) -> None:
         for name, default in self._defaults.items():
@@ -997,6 +1020,8 @@ def _differs(value: Any, default: Any) -> bool:
     except Exception:  # tensors of several elements, objects without a usable comparison
         return True
 
+
+refuse_in_torchmetrics_containers(Metric)  # the torchmetrics containers that cannot hold our metrics say so
 
 # Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each
 # (torchmetrics_diff.distributed._compile.outside_graph; docs/guide/compile.rst).

@@ -305,7 +305,8 @@ def nan_aggregators(strategy: Any) -> dict[str, dict[str, Any]]:
     for cls in (SumMetric, MeanMetric, MaxMetric, MinMetric):
         torch._dynamo.reset()
         counters.clear()
-        eager, traced = cls(nan_strategy=strategy).double(), cls(nan_strategy=strategy).double()
+        eager = cls(nan_strategy=strategy).set_dtype(torch.float64)
+        traced = cls(nan_strategy=strategy).set_dtype(torch.float64)
         compiled = torch.compile(lambda x, m=traced: m(x * 1.0), backend="eager")
         worst, frames = 0.0, 0
         for i, x in enumerate(batches):

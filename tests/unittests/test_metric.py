@@ -161,11 +161,6 @@ def test_set_dtype_double_and_parent_half() -> None:
     m.update(torch.tensor([1.0]))
     assert m.total.dtype == F64, f"update into a float64 metric gave {m.total.dtype}"
 
-    d = SumMetric().double()
-    assert d.sum_value.dtype == F64 and d.dtype == F64
-    d.reset()
-    assert d.sum_value.dtype == F64
-
     metric = _kinds([1.0, 2.0])
     parent = nn.Sequential(nn.Linear(2, 2), metric).half()
     assert parent[0].weight.dtype == torch.float16, "the Linear must become half"
@@ -173,7 +168,52 @@ def test_set_dtype_double_and_parent_half() -> None:
     assert metric.seen[0].dtype == torch.float32 and metric.dtype == torch.float32
     metric.reset()
     assert metric.total.dtype == torch.float32, "a parent's cast changed the defaults"
-    assert metric.half() is metric and metric.total.dtype == torch.float16, "metric.half() casts its own states"
+
+
+# every nn.Module dtype method is a no-op on the states (set_dtype is the one way). torchmetrics agrees for
+# double/float/half/bfloat16/type, but its `.to(dtype)` casts the states (a parent's `.to(torch.float16)` too):
+# the one difference, kept on purpose (docs/guide/decisions.rst)
+_DTYPE_METHODS = {
+    "to(float64)": (lambda m: m.to(torch.float64), torch.float64),
+    "to(cpu, float16)": (lambda m: m.to("cpu", torch.float16), torch.float16),
+    "double()": (lambda m: m.double(), torch.float32),
+    "float()": (lambda m: m.float(), torch.float32),
+    "half()": (lambda m: m.half(), torch.float32),
+    "bfloat16()": (lambda m: m.bfloat16(), torch.float32),
+    "type(float64)": (lambda m: m.type(torch.float64), torch.float32),
+}
+
+
+@pytest.mark.parametrize("method", list(_DTYPE_METHODS))
+@pytest.mark.parametrize("through_parent", [False, True], ids=["metric", "parent"])
+def test_dtype_methods_never_cast_states(method: str, through_parent: bool) -> None:
+    import torchmetrics
+
+    apply, torchmetrics_dtype = _DTYPE_METHODS[method]
+    ours, theirs = SumMetric(), torchmetrics.SumMetric()
+    for m in (ours, theirs):
+        m.update(torch.tensor([1.0, 2.0]))
+    if through_parent:
+        apply(nn.Sequential(nn.Linear(2, 2), ours))
+        apply(nn.Sequential(nn.Linear(2, 2), theirs))
+    else:
+        assert apply(ours) is ours, f"{method} must return the metric"
+        apply(theirs)
+    assert theirs.sum_value.dtype == torchmetrics_dtype, f"torchmetrics' {method} now gives {theirs.sum_value.dtype}"
+    assert ours.sum_value.dtype == torch.float32 and ours.dtype == torch.float32, f"{method} cast the states"
+    ours.update(torch.tensor([3.0], dtype=torch.float64))
+    assert ours.compute().dtype == torch.float32 and ours.compute().item() == 6.0
+    ours.reset()
+    assert ours.sum_value.dtype == torch.float32, f"{method} changed the default's dtype"
+
+
+def test_set_dtype_refuses_half_and_non_floating() -> None:
+    m = SumMetric().set_dtype("float64")
+    assert m.sum_value.dtype == F64
+    for bad in (torch.float16, torch.bfloat16, "half", torch.int64, "nonsense", 3):
+        with pytest.raises(ValueError, match="`dst_type` must be"):
+            m.set_dtype(bad)
+    assert m.sum_value.dtype == F64 and m.dtype == F64, "a refused set_dtype changed the states"
 
 
 # ------------------------------------------------------------------------------------------------ merge_state

@@ -273,7 +273,7 @@ def _metric_reference(name: str, floats: list[torch.Tensor], others: list[torch.
     if name == "min":
         return x.min()
     if name == "cat":
-        return x.reshape(-1)
+        return x  # rows kept
     if name == "cosine":
         y = floats[1]
         return ((x * y).sum(1) / (x.norm(dim=1) * y.norm(dim=1))).mean()

@@ -49,6 +49,23 @@ def enter_call(loss: Metric, method: str) -> bool:
     return False
 
 
+def note_value_dtype(loss: Any, value: Tensor) -> None:
+    """Remember the dtype of a value the loss returned, for ``compute()`` to return it too.
+
+    A loss accumulates its epoch value in float64, and ``forward`` returns the wider of float32 and the inputs'
+    dtype; ``compute()`` casts to the widest value seen (``loss._value_dtype``, float32 until a float64 value
+    comes). The dtype only ever widens, and under ``torch.compile`` the comparison is decided while tracing, so
+    float32 and half-precision steps never write it (no guard changes, no recompile).
+    """
+    if value.dtype != loss._value_dtype and value.dtype.is_floating_point:
+        loss._value_dtype = torch.promote_types(loss._value_dtype, value.dtype)
+
+
+def value_dtype(loss: Any) -> torch.dtype:
+    """The dtype of ``compute()``: the wider of the metric's dtype and the widest value ``forward`` returned."""
+    return torch.promote_types(loss.dtype, loss._value_dtype)
+
+
 class GlobalBatchLoss(Metric):
     """Base of the losses: ``loss(*inputs)`` returns the global-batch loss; ``compute()`` the epoch mean.
 
@@ -81,6 +98,7 @@ class GlobalBatchLoss(Metric):
         self.tile = tile
         self.add_state("loss_total", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("steps", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self._value_dtype = torch.float32  # the widest value returned (see note_value_dtype)
 
     def _loss(self, *args: Any, sync: bool, **kwargs: Any) -> Tensor:
         raise NotImplementedError
@@ -92,6 +110,7 @@ class GlobalBatchLoss(Metric):
     def _record(self, value: Tensor) -> None:
         self.loss_total = self.loss_total + value.detach().to(self.loss_total.dtype)
         self.steps = self.steps + 1
+        note_value_dtype(self, value)
 
     def _checked(self, inputs: dict[str, Any]) -> None:
         """Device and dtype agreement among this call's tensors; under sync a failure raises on every rank."""
@@ -149,5 +168,5 @@ class GlobalBatchLoss(Metric):
         self._record(value)
 
     def compute(self) -> Tensor:
-        """The mean of the recorded losses (NaN before any call)."""
-        return self.loss_total / self.steps
+        """The mean of the recorded losses (NaN before any call), in the dtype ``forward`` returns."""
+        return (self.loss_total / self.steps).to(value_dtype(self))

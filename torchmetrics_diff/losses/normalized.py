@@ -32,7 +32,7 @@ from torchmetrics_diff.distributed._backend import default_device, group_size
 from torchmetrics_diff.distributed._call import leave
 from torchmetrics_diff.functional._checks import safe_divide
 from torchmetrics_diff.functional._strategy import checked_together, global_normalized
-from torchmetrics_diff.losses._base import check_consistent, enter_call
+from torchmetrics_diff.losses._base import check_consistent, enter_call, note_value_dtype, value_dtype
 from torchmetrics_diff.metric import Metric
 
 
@@ -72,6 +72,7 @@ class GlobalMeanLoss(Metric):
         self.add_state("loss_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("weight", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self._accumulation: list[float] | None = None  # [global total, local planned, local seen] inside accumulate()
+        self._value_dtype = torch.float32  # the widest value returned (see note_value_dtype)
 
     def _block(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         return F.weighted_mean_block(*args, **kwargs)
@@ -171,6 +172,7 @@ class GlobalMeanLoss(Metric):
             value = safe_divide(loss_sum, denominator)
         step = self._begin_batch()
         self._add_block(loss_sum.detach(), count.detach())
+        note_value_dtype(self, value)
         if self._accumulation is not None:
             self._accumulation[2] += float(count)
         return self._finish_batch(step, value)
@@ -191,11 +193,13 @@ class GlobalMeanLoss(Metric):
 
     def _update_from(self, **inputs: Any) -> None:
         self._check_inputs(inputs)
-        self._add_block(*self._block(**inputs))
+        loss_sum, count = self._block(**inputs)
+        self._add_block(loss_sum, count)
+        note_value_dtype(self, loss_sum)
 
     def compute(self) -> Tensor:
-        """The weighted mean over everything seen (every rank when ``sync_on_compute``)."""
-        return self.loss_sum / self.weight
+        """The weighted mean over everything seen (every rank when ``sync_on_compute``), in ``forward``'s dtype."""
+        return (self.loss_sum / self.weight).to(value_dtype(self))
 
 
 class TokenCrossEntropyLoss(GlobalMeanLoss):

@@ -298,7 +298,7 @@ def _epoch_ref(name: str, out: torch.Tensor, w: torch.Tensor) -> Any:
         "SoftmaxScore": lambda: softmax_score_ref(out),
         "MeanMetric": lambda: _weighted_mean_ref(out, w),
         "SumMetric": lambda: out.sum(),
-        "CatMetric": lambda: out.reshape(-1),
+        "CatMetric": lambda: out,  # rows kept, as in torchmetrics
         "MaxMetric": lambda: out.amax(),
         "MinMetric": lambda: out.amin(),
         "composition": lambda: _weighted_mean_ref(out, w) + 0.5 * softmax_score_ref(out),
