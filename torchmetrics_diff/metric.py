@@ -497,8 +497,11 @@ class Metric(nn.Module):
             and self._distributed_available()
         )
 
-    def _distributed_available(self, group: Group = None, fn: Callable[[], bool] | None = None) -> bool:
-        """Whether a sync has anything to do: ``distributed_available_fn`` (if any) agrees and the group has peers."""
+    def _distributed_available(
+        self, group: Group = None, fn: Callable[[], bool] | None = None, sync_fn: Callable | None = None
+    ) -> bool:
+        """Whether a sync has anything to do: ``distributed_available_fn`` (if any) agrees and the group has peers
+        (or a custom gather, this call's ``sync_fn`` or the metric's, runs where the callable says so)."""
         fn = fn if fn is not None else self.distributed_available_fn
         if fn is not None and not fn():
             return False
@@ -506,7 +509,7 @@ class Metric(nn.Module):
             return True
         # a custom gather is the caller's own business: when the caller's `distributed_available_fn` says so, it
         # runs even without a process group (as in torchmetrics, whose tests emulate ranks that way)
-        return fn is not None and self.dist_sync_fn is not None
+        return fn is not None and (sync_fn or self.dist_sync_fn) is not None
 
     def _synced_error(self, what: str) -> TorchMetricsUserError:
         return TorchMetricsUserError(
@@ -744,7 +747,7 @@ class Metric(nn.Module):
         if self._synced_cache is not None:
             raise TorchMetricsUserError(f"{type(self).__name__} is already synced; call unsync() first")
         group = process_group if process_group is not None else self.process_group
-        if not self._distributed_available(group, distributed_available):
+        if not self._distributed_available(group, distributed_available, dist_sync_fn):
             return
         local = self.metric_state
         overrides = dist_sync_fn is not None or group is not self.process_group

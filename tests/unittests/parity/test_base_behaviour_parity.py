@@ -91,6 +91,20 @@ def test_custom_dist_sync_fn_doubles_a_sum_like_torchmetrics() -> None:
     torch.testing.assert_close(values["torchmetrics_diff"], torch.tensor(6.0))
 
 
+def test_a_gather_given_to_sync_runs_like_one_given_at_construction() -> None:
+    """``sync(dist_sync_fn=..., distributed_available=...)`` for this call only, as torchmetrics' ``sync`` takes them."""
+    synced = {}
+    for p in (ours_pkg, torchmetrics):
+        metric = p.SumMetric()
+        metric.update(torch.tensor([1.0, 2.0]))
+        metric.sync(dist_sync_fn=lambda t, group=None: [t, t, t], distributed_available=lambda: True)
+        synced[p.__name__] = metric.sum_value.clone()
+        metric.unsync()
+        assert float(metric.sum_value) == 3.0, "unsync() must restore the local state"
+    torch.testing.assert_close(synced["torchmetrics_diff"], synced["torchmetrics"])
+    torch.testing.assert_close(synced["torchmetrics_diff"], torch.tensor(9.0))
+
+
 def test_without_a_custom_gather_nothing_syncs_outside_a_process_group() -> None:
     metric = ours_pkg.SumMetric(distributed_available_fn=lambda: True, dist_sync_on_step=True)
     assert metric(torch.tensor([1.0, 2.0])).item() == 3.0
