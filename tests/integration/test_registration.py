@@ -28,7 +28,8 @@ imported = sorted(m for m in ("torchmetrics", "accelerate", "lightning") if m in
 import torchmetrics
 objects = pickle.loads(sys.stdin.buffer.read())
 objects.update(objects.pop("collection").items())  # log_dict(collection) logs each member
-print(json.dumps({"imported": imported, "registered": {k: isinstance(v, torchmetrics.Metric) for k, v in objects.items()}}))
+registered = {name: isinstance(obj, torchmetrics.Metric) for name, obj in objects.items()}
+print(json.dumps({"imported": imported, "registered": registered}))
 """
 
 

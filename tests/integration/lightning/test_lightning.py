@@ -141,6 +141,6 @@ def test_trainer_ddp_spawn_logs_unpickled_metrics(tmp_path: Path) -> None:
         # the metric states are float32 accumulators
         assert result["logged"][key] == pytest.approx(want, rel=1e-6, abs=1e-7), key
     # rank 0's half alone gives other values: the logged ones were synced
-    x, labels, targets = C.val_data()
+    x, _, targets = C.val_data()
     logits = x[0::2] @ C.val_weight().T
     assert abs(((logits[:, 0] - targets[0::2]) ** 2).mean().item() - expected["val/mse"]) > 1e-3
