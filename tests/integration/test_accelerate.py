@@ -121,11 +121,12 @@ def _evaluate(rank: int, world: int, rows: int, batch_size: int, config: dict[st
             kept.append(real_rows(accelerator, batch))
             _feed(exact, drop_padding(accelerator, batch))
             _feed(padded, batch)
-            _feed(gathered, accelerator.gather_for_metrics(batch))
-        values = {
-            name: {k: m.compute().item() for k, m in ms.items()}
-            for name, ms in (("exact", exact), ("padded", padded), ("gathered", gathered))
-        }
+            if config.get("even_batches", True):  # Accelerate's gather needs equal batches
+                _feed(gathered, accelerator.gather_for_metrics(batch))
+        fed = {"exact": exact, "padded": padded, "gathered": gathered}
+        if not gathered["rows"].update_count:
+            del fed["gathered"]
+        values = {name: {k: m.compute().item() for k, m in ms.items()} for name, ms in fed.items()}
         return {**values, "kept": kept, "batches": len(loader)}
 
 
@@ -139,6 +140,8 @@ CASES = {
     "split_batches": (2, 42, 8, {"split_batches": True}),
     # process 0 loads the global batches and sends each rank its slice: the last, 9 rows, padded to 5 + 5
     "dispatch_batches": (2, 41, 8, {"dispatch_batches": True}),
+    # nothing repeated: rank 1's last batch is short, and drop_padding leaves it whole
+    "uneven_batches": (2, 42, 8, {"even_batches": False}),
 }
 
 
@@ -159,8 +162,11 @@ def test_even_batches_evaluation_equals_one_process_on_the_whole_dataset(case: s
     assert sum(r["kept"][-1] for r in results) == rows - (results[0]["batches"] - 1) * global_batch
     # the padded batches, fed as they come, count the repeated rows: a different value
     padded = results[0]["padded"]
-    assert padded["rows"] > rows
-    assert padded["clip"] != pytest.approx(expected["clip"], rel=1e-6)
+    if config.get("even_batches", True):
+        assert padded["rows"] > rows
+        assert padded["clip"] != pytest.approx(expected["clip"], rel=1e-6)
+    else:
+        assert padded == results[0]["exact"]
 
 
 def test_gather_for_metrics_output_is_counted_once_per_process() -> None:
@@ -173,6 +179,35 @@ def test_gather_for_metrics_output_is_counted_once_per_process() -> None:
     assert gathered["rows"] == world * rows
     assert gathered["mse"] == pytest.approx(expected["mse"], rel=1e-12)
     assert gathered["clip"] > expected["clip"] + 0.1
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """An iterable dataset without ``__len__``: Accelerate cannot know how many rows it repeats at the end."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return iter(torch.arange(float(self.rows)))
+
+
+def _stream(rank: int, world: int, rows: int, batch_size: int) -> list[str]:
+    with _accelerator(rank, world, dispatch_batches=False) as accelerator:
+        loader = accelerator.prepare(DataLoader(_Stream(rows), batch_size=batch_size))
+        seen = []
+        for batch in loader:
+            try:
+                seen.append(str(len(drop_padding(accelerator, batch))))
+            except ValueError as err:
+                seen.append(str(err))
+        return seen
+
+
+def test_unknown_dataset_length_raises_on_every_rank() -> None:
+    """11 rows streamed in batches of 4 on two ranks: the last round repeats rows that nobody can identify."""
+    results = run_distributed(_stream, 2, 11, 4, timeout=TIMEOUT)
+    for seen in results:
+        assert seen[:-1] == ["4"] and "does not know the length of the dataset" in seen[-1], seen
 
 
 def _train_step(rank: int, world: int, rows: int, batch_size: int) -> list[torch.Tensor]:
