@@ -6,7 +6,8 @@ rank 0's CSV log with :func:`tests._helpers.lightning_runs.reference_run` — th
 process from the global batches with an independent CLIP formula. Uneven rows (3 + 2), float64 towers trained by
 SGD: the step values are the global ones, the epoch values are ``compute()`` over the epoch's steps on both ranks
 (so the metrics were reset between epochs), and the trained weights equal the one-process ones (exact gradients
-through Lightning's DDP).
+through Lightning's DDP). A third run validates under ``strategy="ddp_spawn"``, where the metrics reach the ranks
+by pickling, and compares what ``trainer.validate`` returned with the whole validation set on one process.
 """
 
 from __future__ import annotations
