@@ -852,6 +852,13 @@ class Metric(nn.Module):
         state["_sync_plans"] = {"step": SyncPlan(), "epoch": SyncPlan()}
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # an unpickled metric runs no __init__: a process it reaches (ddp_spawn, mp.spawn, a DataLoader worker)
+        # registers here, or Lightning's self.log would refuse it there
+        super().__setstate__(state)
+        if not _TORCHMETRICS_REGISTERED:
+            register_with_torchmetrics()
+
     def __deepcopy__(self, memo: dict) -> Metric:
         group = self.process_group
         new = type(self).__new__(type(self))

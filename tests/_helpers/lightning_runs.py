@@ -100,3 +100,33 @@ def reference_run() -> dict[str, list[float]]:
         out["max_epoch"].append(flat.max().item())
     out["final_weight_norm"] = [math.sqrt(float((w_img**2).sum() + (w_txt**2).sum()))]
     return out
+
+
+# the ddp_spawn validation run: VAL_ROWS rows, split by Lightning's DistributedSampler (divides evenly: no padding)
+VAL_ROWS, VAL_BATCH, CLASSES = 24, 4, 3
+
+
+def val_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Features (VAL_ROWS, DIM) float64, class labels (VAL_ROWS,) and regression targets (VAL_ROWS,)."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(VAL_ROWS, DIM, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, CLASSES, (VAL_ROWS,), generator=g)
+    targets = torch.randn(VAL_ROWS, generator=g, dtype=torch.float64)
+    return x, labels, targets
+
+
+def val_weight() -> torch.Tensor:
+    """The (CLASSES, DIM) weight of the validated bias-free ``Linear``; its first output is the regression."""
+    return torch.randn(CLASSES, DIM, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+
+
+def reference_val() -> dict[str, float]:
+    """Accuracy, MSE and MAE of the whole validation set on one process, from their definitions."""
+    x, labels, targets = val_data()
+    logits = x @ val_weight().T
+    err = logits[:, 0] - targets
+    return {
+        "val/acc": (logits.argmax(1) == labels).double().mean().item(),
+        "val/mse": (err**2).mean().item(),
+        "val/mae": err.abs().mean().item(),
+    }

@@ -6,7 +6,8 @@ rank 0's CSV log with :func:`tests._helpers.lightning_runs.reference_run` — th
 process from the global batches with an independent CLIP formula. Uneven rows (3 + 2), float64 towers trained by
 SGD: the step values are the global ones, the epoch values are ``compute()`` over the epoch's steps on both ranks
 (so the metrics were reset between epochs), and the trained weights equal the one-process ones (exact gradients
-through Lightning's DDP).
+through Lightning's DDP). A third run validates under ``strategy="ddp_spawn"``, where the metrics reach the ranks
+by pickling, and compares what ``trainer.validate`` returned with the whole validation set on one process.
 """
 
 from __future__ import annotations
@@ -125,3 +126,22 @@ def test_fabric_ddp_logs_values_per_step_and_epoch(tmp_path: Path) -> None:
     """The same run with Lightning Fabric: ``fabric.log_dict`` of the values, ``log_epoch`` computes and resets."""
     _run("run_fabric.py", tmp_path)
     _check(tmp_path)
+
+
+@pytest.mark.timeout(TIMEOUT_S + 30)
+def test_trainer_ddp_spawn_logs_unpickled_metrics(tmp_path: Path) -> None:
+    """Under ``strategy="ddp_spawn"`` the metrics reach the ranks by pickling (no ``__init__`` runs there) and are
+    still loggable: ``self.log(name, metric)`` and ``self.log_dict(collection)`` in validation give the values of
+    the whole validation set, with no import of the integration module in the script."""
+    _run("run_spawn.py", tmp_path)
+    result = json.loads((tmp_path / "logged.json").read_text())
+    assert result["world"] == 2
+    expected = C.reference_val()
+    assert result["logged"].keys() == expected.keys()
+    for key, want in expected.items():
+        # the metric states are float32 accumulators
+        assert result["logged"][key] == pytest.approx(want, rel=1e-6, abs=1e-7), key
+    # rank 0's half alone gives other values: the logged ones were synced
+    x, _, targets = C.val_data()
+    logits = x[0::2] @ C.val_weight().T
+    assert abs(((logits[:, 0] - targets[0::2]) ** 2).mean().item() - expected["val/mse"]) > 1e-3
