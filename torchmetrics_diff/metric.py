@@ -144,6 +144,7 @@ class Metric(nn.Module):
     Example:
         >>> import torch
         >>> class Total(Metric):
+        ...     total: torch.Tensor  # the state's type, for type checkers
         ...     def __init__(self, **kwargs):
         ...         super().__init__(**kwargs)
         ...         self.add_state("total", torch.tensor(0.0), dist_reduce_fx="sum")
