@@ -5,7 +5,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-slow test-cuda demo docs bench lint clean venv
+.PHONY: test test-slow test-cuda demo docs bench lint clean venv FORCE
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -15,11 +15,23 @@ $(PY):
 CONSTRAINTS := $(VENV)/constraints.txt
 PIP := $(PY) -m pip install -q -c $(CONSTRAINTS)
 
-$(STAMP): pyproject.toml Makefile | $(PY)
+# The package goes in as a *strict* editable install: a tree of links to the sources under build/ that type checkers
+# follow (the default editable mode is an import hook that mypy and pyright cannot see, so users' scripts would
+# find no types; setuptools' `compat` mode works too but is deprecated and puts the whole checkout on sys.path).
+# Edits to existing files show at once; a module added or removed needs a reinstall, so the stamp depends on the
+# list of the package's files ($(PKG_LIST), rewritten only when that list changes).
+EDITABLE := --config-settings editable_mode=strict
+PKG_LIST := $(VENV)/.package_files
+PACKAGE_FILES := $(sort $(shell find torchmetrics_diff -name '*.py' -o -name py.typed))
+
+$(PKG_LIST): FORCE | $(PY)
+	@echo "$(PACKAGE_FILES)" | cmp -s - $@ || echo "$(PACKAGE_FILES)" > $@
+
+$(STAMP): pyproject.toml Makefile $(PKG_LIST) | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	echo "$(TORCH)" > $(CONSTRAINTS)
 	$(PIP) "$(TORCH)"
-	$(PIP) -e ".[test,docs]"
+	$(PIP) -e ".[test,docs]" $(EDITABLE)
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -48,13 +60,18 @@ docs: $(STAMP)
 # open_clip_torch without its dependencies: it requires torchvision, which cannot be imported beside the pinned CPU
 # torch (and breaks `import torchmetrics`); bench_anchors loads only its loss module, which needs torch alone.
 bench: $(STAMP)
-	$(PIP) -e ".[bench]"
+	$(PIP) -e ".[bench]" $(EDITABLE)
 	$(PIP) --no-deps open_clip_torch
 	$(PY) benchmarks/run_all.py
 
+# mypy's settings are in pyproject.toml ([tool.mypy]; the package must have no error)
 lint: $(STAMP)
-	$(PIP) ruff
+	$(PIP) ruff mypy
 	$(PY) -m ruff check torchmetrics_diff tests benchmarks examples
+	$(PY) -m mypy torchmetrics_diff
 
+# (build/ holds the editable install's links: the stamp goes with it, so the next target reinstalls)
 clean:
-	rm -rf docs/_build .pytest_cache build *.egg-info
+	rm -rf docs/_build .pytest_cache build *.egg-info $(STAMP)
+
+FORCE:

@@ -216,6 +216,7 @@ class SumMetric(BaseAggregator):
     """
 
     _neutral = 0.0
+    sum_value: torch.Tensor
 
     def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
         super().__init__("sum", torch.tensor(0.0), nan_strategy, state_name="sum_value", **kwargs)
@@ -313,6 +314,8 @@ class CatMetric(BaseAggregator):
         torch.Size([3, 3])
     """
 
+    value: list[torch.Tensor]
+
     def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
         super().__init__("cat", [], nan_strategy, state_name="value", **kwargs)
 
@@ -378,6 +381,8 @@ class MeanMetric(BaseAggregator):
     """
 
     _neutral = 0.0  # with weight 0
+    mean_value: torch.Tensor
+    weight: torch.Tensor
 
     def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
         super().__init__("sum", torch.tensor(0.0), nan_strategy, state_name="mean_value", **kwargs)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from copy import deepcopy
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
@@ -51,6 +51,8 @@ class MetricCollection(nn.ModuleDict):
         >>> {k: round(v.item(), 2) for k, v in out.items()}
         {'train/SumMetric': 9.0, 'train/MeanMetric': 3.0, 'train/MaxMetric': 6.0}
     """
+
+    _modules: dict[str, Metric]  # type: ignore[assignment]  # every member is a Metric (add_metrics checks it)
 
     def __init__(
         self,
@@ -206,7 +208,7 @@ class MetricCollection(nn.ModuleDict):
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
-    def __getitem__(self, key: str, copy_state: bool = True) -> Metric:  # type: ignore[override]
+    def __getitem__(self, key: str, copy_state: bool = True) -> Metric:
         """A member by bare name or by key with this collection's prefix/postfix."""
         try:
             return self._modules[self._base(key)]
@@ -216,7 +218,7 @@ class MetricCollection(nn.ModuleDict):
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self._base(key) in self._modules
 
-    def __setitem__(self, key: str, metric: Metric) -> None:
+    def __setitem__(self, key: str, metric: Metric) -> None:  # type: ignore[override]
         if not isinstance(metric, Metric):
             raise ValueError(f"every member must be a Metric; got {type(metric).__name__} for {key!r}")
         self.add_metrics({key: metric})
@@ -299,7 +301,7 @@ class MetricCollection(nn.ModuleDict):
                     m._sync_batch(steps[name])
             for group, members in syncing.items():
                 specs = {n: m._sync_spec() for n, m in members.items()}
-                batches = {n: steps[n].batch for n in members}
+                batches = {n: cast("dict[str, Any]", steps[n].batch) for n in members}  # set by _update_batch
                 synced = sync_metrics(specs, batches, group, self._plan("step", group), "local", "forward")
                 for n, states in synced.items():
                     leaders[n]._sync_batch(steps[n], states)
@@ -343,7 +345,8 @@ class MetricCollection(nn.ModuleDict):
                 leader = self._modules[group[0]]
                 if leader._is_synced:
                     for name in group[1:]:
-                        self._modules[name]._hold_synced(leader._synced_cache, leader.metric_state)
+                        local = cast("dict[str, Any]", leader._synced_cache)  # (not None: the leader is synced)
+                        self._modules[name]._hold_synced(local, leader.metric_state)
                         synced_here.append(self._modules[name])
             self._share_group_states()
             values = {name: m.compute() for name, m in self._modules.items()}

@@ -110,7 +110,7 @@ class CompositionalMetric(Metric):
             m.persistent(mode)
 
     @property
-    def update_count(self) -> int:  # type: ignore[override]
+    def update_count(self) -> int:
         """The largest update count of the members."""
         return max((m.update_count for m in self._members()), default=0)
 
@@ -166,7 +166,7 @@ def _pos(self: Metric) -> Metric:
     return self
 
 
-_BINARY = {
+_BINARY: dict[str, Callable[..., Any]] = {
     "add": operator.add,
     "sub": operator.sub,
     "mul": operator.mul,
@@ -191,4 +191,4 @@ for _name, _fn in _UNARY.items():
     setattr(Metric, f"__{_name}__", _unary(_fn))
 _getitem.__name__, _pos.__name__ = "__getitem__", "__pos__"
 Metric.__getitem__ = _getitem  # type: ignore[method-assign]
-Metric.__pos__ = _pos  # type: ignore[attr-defined]
+Metric.__pos__ = _pos  # type: ignore[method-assign]

@@ -17,6 +17,10 @@ class GlobalSoftmaxNLL(Metric):
     is_differentiable = True
     higher_is_better = False
     full_state_update = False
+    # the states, declared for type checkers (``add_state`` registers them when the metric is built)
+    scores: list[torch.Tensor]
+    positive: list[torch.Tensor]
+    n_positive: torch.Tensor
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

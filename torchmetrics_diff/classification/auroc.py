@@ -45,6 +45,8 @@ class AUROC(Metric):
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
+    preds: list[torch.Tensor]
+    target: list[torch.Tensor]
 
     def __init__(
         self, task: str = "binary", ignore_index: int | None = None, validate_args: bool = True, **kwargs: Any

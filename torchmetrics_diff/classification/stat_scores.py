@@ -90,6 +90,10 @@ class _StatScoresMetric(_TaskCounts):
     higher_is_better = True
     zero_division = 0.0  # the score of a zero denominator: torchmetrics' 0 (Accuracy), an argument of the others
     _score: str  # a key of functional ``SCORES``
+    tp: torch.Tensor
+    fp: torch.Tensor
+    tn: torch.Tensor
+    fn: torch.Tensor
 
     def __init__(
         self,
@@ -237,6 +241,7 @@ class ConfusionMatrix(_TaskCounts):
     """
 
     higher_is_better = None
+    confmat: torch.Tensor
 
     def __init__(
         self,

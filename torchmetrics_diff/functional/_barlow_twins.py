@@ -35,7 +35,8 @@ class BarlowTwinsStats(NamedTuple):
     sum_b: Tensor  #: ``sum_k zb[k]``, (D,)
     sum_sq_b: Tensor  #: ``sum_k zb[k] ** 2``, (D,)
     sum_ab: Tensor  #: ``sum_k outer(za[k], zb[k])``, (D, D)
-    count: Tensor  #: number of rows, 0-d float
+    #: number of rows, 0-d float
+    count: Tensor  # type: ignore[assignment]  # (the field hides tuple.count)
 
     def merge(self, other: BarlowTwinsStats) -> BarlowTwinsStats:
         """The statistics of the union of both row sets."""

@@ -20,7 +20,7 @@ def perplexity_stats(
         ValueError: wrong shapes or dtypes, or target ids out of range.
     """
     if not isinstance(preds, torch.Tensor) or preds.ndim != 3 or not preds.is_floating_point():
-        shown = tuple(preds.shape) if isinstance(preds, torch.Tensor) else type(preds).__name__
+        shown: object = tuple(preds.shape) if isinstance(preds, torch.Tensor) else type(preds).__name__
         raise ValueError(f"`preds` must be a floating tensor of shape (B, T, V); got {shown}")
     if not isinstance(target, torch.Tensor) or target.is_floating_point() or target.shape != preds.shape[:2]:
         shown = (tuple(target.shape), target.dtype) if isinstance(target, torch.Tensor) else type(target).__name__

@@ -88,6 +88,8 @@ class GlobalBatchLoss(Metric):
     higher_is_better = False
     full_state_update = False
     _same_dtype: ClassVar[tuple[str, ...]] = ()  # the arguments that must share one floating dtype
+    loss_total: Tensor
+    steps: Tensor
 
     def __init__(
         self, *, strategy: str = "sharded", tile: int | None = None, dist_sync_on_step: bool = True, **kwargs: Any
@@ -100,6 +102,7 @@ class GlobalBatchLoss(Metric):
         self.add_state("steps", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self._value_dtype = torch.float32  # the widest value returned (see note_value_dtype)
 
+    # each loss takes its own arguments, narrower than these: its override carries `type: ignore[override]`
     def _loss(self, *args: Any, sync: bool, **kwargs: Any) -> Tensor:
         raise NotImplementedError
 

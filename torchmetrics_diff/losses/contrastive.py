@@ -63,7 +63,9 @@ class CLIPLoss(GlobalBatchLoss):
         """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
         self._update_from(image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale)
 
-    def _loss(self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float, *, sync: bool) -> Tensor:
+    def _loss(  # type: ignore[override]
+        self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float, *, sync: bool
+    ) -> Tensor:
         if not sync:
             return F.clip_loss(image_embeds, text_embeds, logit_scale)
         return F.global_clip_loss(image_embeds, text_embeds, logit_scale, **self._options())
@@ -114,7 +116,7 @@ class InfoNCELoss(GlobalBatchLoss):
         """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
         self._update_from(z1=z1, z2=z2)
 
-    def _loss(self, z1: Tensor, z2: Tensor, *, sync: bool) -> Tensor:
+    def _loss(self, z1: Tensor, z2: Tensor, *, sync: bool) -> Tensor:  # type: ignore[override]
         if not sync:
             return F.info_nce_loss(z1, z2, self.temperature)
         return F.global_info_nce_loss(z1, z2, self.temperature, **self._options())
@@ -163,7 +165,7 @@ class SupConLoss(GlobalBatchLoss):
         """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
         self._update_from(features=features, labels=labels)
 
-    def _loss(self, features: Tensor, labels: Tensor | None = None, *, sync: bool) -> Tensor:
+    def _loss(self, features: Tensor, labels: Tensor | None = None, *, sync: bool) -> Tensor:  # type: ignore[override]
         if not sync:
             return F.supcon_loss(features, labels, self.temperature)
         return F.global_supcon_loss(features, labels, self.temperature, **self._options())
@@ -217,7 +219,7 @@ class SigLIPLoss(GlobalBatchLoss):
             image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale, logit_bias=logit_bias
         )
 
-    def _loss(
+    def _loss(  # type: ignore[override]
         self,
         image_embeds: Tensor,
         text_embeds: Tensor,
@@ -279,7 +281,7 @@ class BarlowTwinsLoss(GlobalBatchLoss):
         """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
         self._update_from(za=za, zb=zb)
 
-    def _loss(self, za: Tensor, zb: Tensor, *, sync: bool) -> Tensor:
+    def _loss(self, za: Tensor, zb: Tensor, *, sync: bool) -> Tensor:  # type: ignore[override]
         if not sync:
             return F.barlow_twins_loss(za, zb, self.lambda_offdiag, self.eps)
         return F.global_barlow_twins_loss(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -66,12 +66,15 @@ class GlobalMeanLoss(Metric):
     higher_is_better = False
     full_state_update = False
     _same_dtype: tuple[str, ...] = ("values",)
+    loss_sum: Tensor
+    weight: Tensor
 
     def __init__(self, *, dist_sync_on_step: bool = True, **kwargs: Any) -> None:
         super().__init__(dist_sync_on_step=dist_sync_on_step, **kwargs)
         self.add_state("loss_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("weight", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self._accumulation: list[float] | None = None  # [global total, local planned, local seen] inside accumulate()
+        # [global total, local planned (None: given as `total`), local seen] inside accumulate()
+        self._accumulation: list[Any] | None = None
         self._value_dtype = torch.float32  # the widest value returned (see note_value_dtype)
 
     def _block(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
@@ -102,13 +105,13 @@ class GlobalMeanLoss(Metric):
             raise RuntimeError(f"{type(self).__name__}.accumulate() blocks cannot be nested")
         if items is not None:
             local = sum((self._local_count(i) for i in items), torch.tensor(0.0, dtype=torch.float64))
-            planned_local = float(local)
+            planned_local: float | None = float(local)
             if self.dist_sync_on_step and group_size(self.process_group) > 1:  # on the backend's device (NCCL: GPU)
                 local = all_reduce(local.to(default_device(self.process_group)), "sum", self.process_group, grad="none")
             total = float(local)
         else:
             planned_local = None
-        self._accumulation = [float(total), planned_local, 0.0]
+        self._accumulation = [float(cast("float | Tensor", total)), planned_local, 0.0]  # (one of them is given)
         try:
             yield
         except BaseException:

@@ -77,6 +77,8 @@ class MeanSquaredError(_SumStatsMetric):
     higher_is_better = False
     _stats = staticmethod(mean_squared_error_stats)
     _sum_states = ("sum_squared_error", "total")
+    sum_squared_error: torch.Tensor
+    total: torch.Tensor
 
     def __init__(self, squared: bool = True, num_outputs: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -111,6 +113,8 @@ class MeanAbsoluteError(_SumStatsMetric):
     higher_is_better = False
     _stats = staticmethod(mean_absolute_error_stats)
     _sum_states = ("sum_abs_error", "total")
+    sum_abs_error: torch.Tensor
+    total: torch.Tensor
 
     def __init__(self, num_outputs: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -153,6 +157,10 @@ class R2Score(_SumStatsMetric):
     higher_is_better = True
     _stats = staticmethod(r2_score_stats)
     _sum_states = ("sum_squared_obs", "sum_obs", "residual", "total")
+    sum_squared_obs: torch.Tensor
+    sum_obs: torch.Tensor
+    residual: torch.Tensor
+    total: torch.Tensor
 
     def __init__(
         self, adjusted: int = 0, multioutput: str = "uniform_average", num_outputs: int = 1, **kwargs: Any
@@ -196,6 +204,7 @@ class PearsonCorrCoef(_SumStatsMetric):
 
     higher_is_better = None
     _sum_states = ("sums",)
+    sums: torch.Tensor
 
     def __init__(self, num_outputs: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -234,6 +243,9 @@ class CosineSimilarity(Metric):
     is_differentiable = True
     higher_is_better = True
     full_state_update = False
+    sim_sum: torch.Tensor  # with reduction 'sum' or 'mean'
+    total: torch.Tensor  # with reduction 'sum' or 'mean'
+    sims: list[torch.Tensor]  # with reduction 'none'
 
     def __init__(self, reduction: str | None = "sum", **kwargs: Any) -> None:
         super().__init__(**kwargs)

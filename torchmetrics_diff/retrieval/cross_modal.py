@@ -43,6 +43,9 @@ class _CrossModalRetrieval(Metric):
 
     is_differentiable = False
     full_state_update = False
+    image: list[torch.Tensor]
+    text: list[torch.Tensor]
+    labels: list[torch.Tensor]
 
     def __init__(
         self,

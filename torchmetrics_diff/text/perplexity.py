@@ -42,6 +42,8 @@ class Perplexity(Metric):
     is_differentiable = True
     higher_is_better = False
     full_state_update = False
+    total: torch.Tensor
+    count: torch.Tensor
 
     def __init__(self, ignore_index: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
