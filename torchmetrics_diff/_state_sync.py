@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any, Callable, Union, cast
 
 import torch
 
@@ -148,7 +148,8 @@ def _sync_callable_lists(
                 if not rows:  # empty on every rank: nothing to reduce, as torchmetrics leaves it
                     continue
                 rows = rows[0]
-            values[name] = [spec.reductions[name](list(torch.split(rows, counts.tolist())))]
+            fx = cast("Callable[[Any], Any]", spec.reductions[name])  # (a callable list state's reduction)
+            values[name] = [fx(list(torch.split(rows, counts.tolist())))]
     return synced
 
 
@@ -178,7 +179,7 @@ def gather_each(spec: SyncSpec, states: dict[str, Any], gather: Callable, group:
 
 
 def _gather_each(spec: SyncSpec, states: dict[str, Any], gather: Callable, group: Group) -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     for name, value in states.items():
         fx = spec.reductions[name]
         is_list = name in spec.list_states
@@ -187,7 +188,7 @@ def _gather_each(spec: SyncSpec, states: dict[str, Any], gather: Callable, group
             value = value if value is not None else torch.zeros(0, device=spec.device)
         pieces = gather(value, group=group)
         if name in spec.callable_lists:  # a list state's callable gets every rank's rows, one tensor each
-            out[name] = [fx(list(pieces))]
+            out[name] = [cast("Callable[[Any], Any]", fx)(list(pieces))]
             continue
         if is_cat(fx) or is_list:
             cat = torch.cat([as_rows(p) for p in pieces])

@@ -14,7 +14,7 @@ says otherwise). See :doc:`/guide/mixed_precision`.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Union
+from typing import Any, Callable, Union, cast
 
 import torch
 
@@ -124,7 +124,7 @@ class BaseAggregator(Metric):
         if strategy not in ("warn", "ignore") or value.is_complex() or compiling():
             return None
         nans = torch.isnan(value).sum() if counted or strategy == "warn" else None
-        if strategy == "warn":
+        if nans is not None and strategy == "warn":
             self._count_nans(nans)
         acc = acc_dtype(value.dtype)
         return (value.nansum() if acc == value.dtype else value.nansum(dtype=acc)), nans
@@ -401,9 +401,9 @@ class MeanMetric(BaseAggregator):
         if scalar and weight == weight and not traced_ignore:
             fast = self._nan_free_total(value, counted=True)
             if fast is not None:  # NaNs left out on the device: their count comes off the weight
-                total, nans = fast
-                kept = value.numel() - nans
-                self.mean_value = self.mean_value + (total if weight == 1 else total * weight)
+                nan_free, nans = fast
+                kept = value.numel() - cast(torch.Tensor, nans)  # counted=True: the NaNs are counted
+                self.mean_value = self.mean_value + (nan_free if weight == 1 else nan_free * weight)
                 self.weight = self.weight + (kept if weight == 1 else kept * weight)
                 return
             total = None if compiling() else self._nan_free_sum(value)

@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from copy import deepcopy
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, cast
 
 import torch
 import torch.distributed as dist
@@ -591,7 +591,8 @@ class Metric(nn.Module):
             synced: the synced states when the caller synced them with others' (a collection); ``None``: sync
                 them here.
         """
-        self._set_states(synced if synced is not None else self._sync_values(step.batch, grad="local"))
+        batch = cast("dict[str, Any]", step.batch)  # (set by _update_batch)
+        self._set_states(synced if synced is not None else self._sync_values(batch, grad="local"))
 
     def _batch_value(self) -> Any:
         """The value of the states in place (``compute`` without sync or cache)."""

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # What a user writes: a metric of their own with a tensor and a list state, a collection, composition, a loss
 # class, the functional API, a collective and the sync context. The last line must be an error.
-USER_SCRIPT = '''\
+USER_SCRIPT = """\
 from __future__ import annotations
 
 from typing import Any
@@ -87,7 +87,7 @@ def evaluate(x: Tensor, y: Tensor, labels: Tensor, scale: Tensor) -> dict[str, A
 
 
 F.clip_loss("image embeddings", torch.zeros(2, 4), 10.0)  # WRONG: a str where a Tensor is expected
-'''
+"""
 
 _ERROR = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d+): error: (?P<message>.*)$", re.MULTILINE)
 

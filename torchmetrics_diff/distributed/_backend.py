@@ -21,8 +21,8 @@ from torchmetrics_diff.distributed._reductions import wire_view
 Group = Optional[Any]  # a ``ProcessGroup`` or ``None`` for the default (WORLD) group
 
 # torch 2.13 renamed the flat-buffer collectives; older releases only have the first spelling.
-_all_gather_flat = getattr(dist, "all_gather_single", None) or getattr(dist, "all_gather_into_tensor", None)
-_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or getattr(dist, "reduce_scatter_tensor", None)
+_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 _REDUCE_OPS = {"sum": "SUM", "min": "MIN", "max": "MAX"}
 

@@ -119,7 +119,7 @@ def _next_count(group: Group, name: str) -> tuple[int, int]:
         try:
             ref: Any = weakref.ref(pg)
         except TypeError:  # a group object without weak references: held for the process's lifetime
-            ref = (lambda obj: (lambda: obj))(pg)
+            ref = (lambda obj: lambda: obj)(pg)
         entry = _COUNTS[id(pg)] = [ref, 0, {}, _epoch]
     if entry[3] != _epoch:
         entry[2], entry[3] = {}, _epoch

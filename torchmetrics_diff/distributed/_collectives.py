@@ -9,7 +9,7 @@ hanging, then one data collective. The header holds host values and never waits 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, cast
 
 import torch
 import torch.distributed as dist
@@ -101,6 +101,7 @@ def _exchange_metadata(
     """
     payload: list[int] = []
     if problem is None:
+        tensor = cast(torch.Tensor, tensor)  # (only a rank with a problem may have no tensor)
         payload = [
             tensor.ndim,
             dtype_code(tensor.dtype),

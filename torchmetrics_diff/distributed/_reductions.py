@@ -22,9 +22,12 @@ Knows tensors and reduction names, nothing of ranks, metrics or collectives.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union, cast
 
 import torch
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeGuard
 
 Reduction = Union[str, Callable[[Any], Any], None]
 State = Union[torch.Tensor, list]
@@ -40,17 +43,17 @@ NO_BOOL_SUM = "bool cannot be summed or averaged"
 NO_COMPLEX_ORDER = "complex values have no order"
 
 
-def is_named(fx: Reduction) -> bool:
+def is_named(fx: Reduction) -> TypeGuard[str]:
     """Whether ``fx`` is one of the reduction names (not a callable, not ``None``)."""
     return isinstance(fx, str)
 
 
-def is_elementwise(fx: Reduction) -> bool:
+def is_elementwise(fx: Reduction) -> TypeGuard[str]:
     """Whether ``fx`` reduces values of one shape elementwise (``sum``, ``mean``, ``min``, ``max``)."""
     return fx in ELEMENTWISE
 
 
-def is_cat(fx: Reduction) -> bool:
+def is_cat(fx: Reduction) -> TypeGuard[str]:
     """Whether ``fx`` concatenates rows."""
     return fx == CAT
 
@@ -137,7 +140,7 @@ def stack_ranks(values: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]
 
 def apply_stacked(fx: Reduction, stacked: Any) -> Any:
     """A callable reduction applied to the stacked values; ``None`` returns the stack itself."""
-    return stacked if fx is None else fx(stacked)
+    return stacked if fx is None else cast("Callable[[Any], Any]", fx)(stacked)  # (a name never comes here)
 
 
 def reduce_ranks(fx: Reduction, values: list[torch.Tensor]) -> Any:
@@ -179,6 +182,7 @@ def merge(fx: Reduction, acc: State, new: State, count: float, *, owner: str = "
     if isinstance(a, list):
         a.extend(b if isinstance(b, list) else [b])
         return a
+    b = cast(torch.Tensor, b)  # a tensor state merges tensors
     if fx == "sum":
         return a + b
     if fx == "mean":

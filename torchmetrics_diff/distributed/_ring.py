@@ -24,7 +24,7 @@ of the group.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Callable
+from typing import Callable, overload
 
 import torch
 import torch.distributed as dist
@@ -80,6 +80,24 @@ class Ring:
         return _Pending(works, list(receives), sends)
 
 
+@overload
+def circulate(
+    ring: Ring,
+    own: Sequence[Tensor],
+    empty_block: Callable[[int], list[Tensor]],
+    visit: Callable[[int, list[Tensor]], Tensor | None],
+    empty_acc: Callable[[int], Tensor],
+    combine: Callable[[Tensor, Tensor], Tensor] = ...,
+) -> Tensor: ...
+@overload
+def circulate(
+    ring: Ring,
+    own: Sequence[Tensor],
+    empty_block: Callable[[int], list[Tensor]],
+    visit: Callable[[int, list[Tensor]], Tensor | None],
+    empty_acc: None = None,
+    combine: Callable[[Tensor, Tensor], Tensor] = ...,
+) -> Tensor | None: ...
 def circulate(
     ring: Ring,
     own: Sequence[Tensor],

@@ -138,7 +138,11 @@ def _clip_sharded(img: Tensor, txt: Tensor, scale: Scalar, options: Options) -> 
 
 
 def _info_nce_rows(z1: Tensor, z2: Tensor, temperature: Scalar, options: Options) -> Tensor:
-    return rows_loss([z1, z2], lambda loc, every, start: info_nce_block(*loc, *every, temperature, start), options)
+    return rows_loss(
+        [z1, z2],
+        lambda loc, every, start: info_nce_block(loc[0], loc[1], every[0], every[1], temperature, start),
+        options,
+    )
 
 
 def _supcon_rows(features: Tensor, labels: Tensor | None, temperature: Scalar, options: Options) -> Tensor:

@@ -150,7 +150,7 @@ def _g_unit(g: Tensor, dtype: torch.dtype) -> Tensor | None:
 
 
 def _grads(
-    want_s: bool, a: Tensor, scale: Tensor, h: Tensor, home: Tensor | None, same: bool
+    want_s: bool, a: Tensor, scale: Tensor, h: Tensor, home: Tensor, same: bool
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """``(grad_A, grad_C, grad_s)`` from ``h = Σ G @ C`` and the candidates' gradient ``home``; with ``same``
     the anchors are the candidates and both paths go to ``A``."""

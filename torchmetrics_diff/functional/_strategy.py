@@ -26,7 +26,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -233,7 +233,8 @@ def _sharded_rows(
     all_views: list[Tensor | None] = [None] * len(views)
     for i, gathered in zip(needed, unpack(torch.cat(pieces), trailing)):
         all_views[i] = gathered
-    loss_sum, count = block(views, all_views, row_start_of(pieces, options.group))
+    # (the block reads only the entries of the candidates, all of them filled)
+    loss_sum, count = block(views, cast("list[Tensor]", all_views), row_start_of(pieces, options.group))
     return sharded_value(loss_sum, count, world, options.group, options.grad_reduction)
 
 

@@ -92,7 +92,7 @@ def test_custom_dist_sync_fn_doubles_a_sum_like_torchmetrics() -> None:
 
 
 def test_a_gather_given_to_sync_runs_like_one_given_at_construction() -> None:
-    """``sync(dist_sync_fn=..., distributed_available=...)`` for this call only, as torchmetrics' ``sync`` takes them."""
+    """``sync(dist_sync_fn=..., distributed_available=...)`` for one call, as torchmetrics' ``sync`` takes them."""
     synced = {}
     for p in (ours_pkg, torchmetrics):
         metric = p.SumMetric()

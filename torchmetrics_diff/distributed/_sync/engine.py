@@ -26,7 +26,7 @@ every other rank's rows are constants; the backward needs no communication.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -152,6 +152,7 @@ def _sync_across(
             problem = err
         if device is None and problem is None:
             device = next((e.tensor.device for e in items if e.tensor is not None), torch.device("cpu"))
+        device = device if device is not None else torch.device("cpu")  # (unused when this rank failed)
     else:
         device = steady.device
     rounds: Rounds | None = None
@@ -202,7 +203,7 @@ def _sync_across(
     known = [h[1:] for h in heads] if kinds == {_ROUNDS} else None
     track = grad == "local" and torch.is_grad_enabled()
     with torch.enable_grad() if track else torch.no_grad():
-        result = rounds.run(local_hash, local_sig, known)
+        result = cast(Rounds, rounds).run(local_hash, local_sig, known)
     if grad == "none":
         _arm(plan, local_hash, states, reductions, world, rank, device)
     return result

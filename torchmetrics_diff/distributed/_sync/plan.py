@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 
@@ -112,7 +112,7 @@ class Entry:
         if self.kind == CAT:
             return [0 if self.tensor is None else self.tensor.shape[0]]
         if self.kind == GATHER:
-            return list(self.tensor.shape)
+            return list(cast(torch.Tensor, self.tensor).shape)  # (only an empty cat state has no tensor)
         return []
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -82,7 +82,7 @@ class Rounds:
         return torch.zeros(0, dtype=dtype, device=self.device)
 
     def _flat(self, bucket: Bucket) -> torch.Tensor:
-        return torch.cat([self.by_name[n].tensor.reshape(-1) for n in bucket.names])
+        return torch.cat([cast(torch.Tensor, self.by_name[n].tensor).reshape(-1) for n in bucket.names])
 
     def head_ints(self, local_hash: int) -> list[int] | None:
         """Round A's header as ints, for the call's header exchange (every rank then knows every rank's before
@@ -99,7 +99,7 @@ class Rounds:
         self, local_hash: int, local_sig: list[StateSignature], heads: list[list[int]] | None = None
     ) -> dict[str, Any]:
         """Round A, then :meth:`after_round_a` (with every rank's :meth:`head_ints` when the caller has them)."""
-        return self._run(local_hash, local_sig, heads)
+        return cast("dict[str, Any]", self._run(local_hash, local_sig, heads))  # (None only with `via`)
 
     def run_inline(self, local_hash: int, local_sig: list[StateSignature], via: Any) -> dict[str, Any] | None:
         """Round A carried by the call's header exchange: ``via(row)`` writes this rank's row into the exchange's
@@ -244,12 +244,12 @@ class Rounds:
                 late.append(
                     (name, t if t is not None else self._empty(dtype), max(rows[name]) * plan.cat_row_bytes(name))
                 )
-            elif s.kind == GATHER:
+            elif s.kind == GATHER:  # (a gathered state always has a tensor, so its dtype is known)
                 late.append(
                     (
                         name,
-                        self.by_name[name].tensor,
-                        max(torch.Size(sh).numel() for sh in shapes[name]) * dtype.itemsize,
+                        cast(torch.Tensor, self.by_name[name].tensor),
+                        max(torch.Size(sh).numel() for sh in shapes[name]) * cast(torch.dtype, dtype).itemsize,
                     )
                 )
         if not late:

@@ -8,7 +8,7 @@ Knows bytes and tensors, not states or plans.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -108,7 +108,7 @@ def buffer_pair(device: torch.device, row_bytes: int, world: int, slot: str) -> 
     The same objects come back until a larger row grows them, so views of them can be kept (see ``steady``).
     """
     row, table = _BUFFERS.get((device, slot), (None, None))
-    if row is None or row.numel() < row_bytes or table.numel() < world * row_bytes:
+    if row is None or table is None or row.numel() < row_bytes or table.numel() < world * row_bytes:
         row = torch.empty(row_bytes, dtype=torch.uint8, device=device)
         table = torch.empty(world * row_bytes, dtype=torch.uint8, device=device)
         _BUFFERS[(device, slot)] = (row, table)
@@ -162,4 +162,4 @@ def gather_rows(
         outs = _GatherRows.apply(job, header, *tensors)
     else:
         outs = job.run(header, tuple(tensors))
-    return job.table, list(outs)
+    return cast(torch.Tensor, job.table), list(outs)  # (set by the gather)

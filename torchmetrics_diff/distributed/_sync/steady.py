@@ -158,7 +158,7 @@ class SteadyPath:
             self.row, self.table = row[: self.row_bytes], table
             self.head_send = row[: self.head_bytes].view(torch.int64)
             self.head_numpy = _numpy_view(self.head_send)
-            pieces = [*self.buckets, *self.cats]
+            pieces: list[_BucketView | _CatView] = [*self.buckets, *self.cats]
             for piece, (offset, cap) in zip(pieces, self.slots):
                 send = row[offset : offset + cap].view(piece.dtype)
                 recv = grid[:, offset : offset + cap].view(piece.dtype)
@@ -220,7 +220,8 @@ class SteadyPath:
         if key is not None and memo is not None and key == memo[0]:
             _copy_all(memo[1], sources)
             return memo[2]
-        rows, dests, sources = [self.hash, -1], [], []
+        dests: list[torch.Tensor] = []
+        rows, sources = [self.hash, -1], []
         for cat in self.cats:
             n = _rows_into(values[cat.index], cat, dests, sources)
             if n < 0:
@@ -285,7 +286,7 @@ class SteadyPath:
         by_kind: dict[tuple, list[_CatView]] = {}
         for cat in self.cats:
             by_kind.setdefault((cat.dtype, cat.dims), []).append(cat)
-        groups = []
+        groups: list[tuple[list[str], list[torch.Tensor], list[int] | None]] = []
         for cats in by_kind.values():
             names = [cat.name for cat in cats]
             uniform = self._uniform_views(cats, rows)
