@@ -28,6 +28,7 @@ collective. A sync of GPU data moves its row in a collective of its own on the d
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -149,9 +150,10 @@ def host_group(group: Group) -> Group:
     return host
 
 
-def _encode(name: str) -> list[int]:
+@functools.lru_cache(maxsize=1024)  # a few names per program, each encoded once
+def _encode(name: str) -> tuple[int, ...]:
     raw = name.encode("ascii", "replace")[: 8 * _NAME_INTS].ljust(8 * _NAME_INTS, b"\0")
-    return [int.from_bytes(raw[i : i + 8], "little", signed=True) for i in range(0, len(raw), 8)]
+    return tuple(int.from_bytes(raw[i : i + 8], "little", signed=True) for i in range(0, len(raw), 8))
 
 
 def _decode(ints: Sequence[int]) -> str:
