@@ -133,4 +133,3 @@ LIST_STATES = {
     "RetrievalMedianRank",
     "RetrievalMAPAtK",
 }
-
