@@ -1052,8 +1052,11 @@ def _own_code(fn: Callable, owner: type) -> Callable:
     each class's frames are cached apart. Same name, file, lines, defaults and docstring; nothing changes in
     eager mode.
     """
-    rename = {"co_qualname": f"{owner.__qualname__}.{fn.__name__}"} if sys.version_info >= (3, 11) else {}
-    code = fn.__code__.replace(**rename)  # a new code object, equal to fn's but for the name tracebacks show
+    # a new code object, equal to fn's but for the name tracebacks show
+    if sys.version_info >= (3, 11):
+        code = fn.__code__.replace(co_qualname=f"{owner.__qualname__}.{fn.__name__}")
+    else:
+        code = fn.__code__.replace()
     copy = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__
     copy.__dict__.update(fn.__dict__)

@@ -189,9 +189,9 @@ def r2_score_from_stats(
     else:
         r2 = (tss / tss.sum() * raw).sum()
     if adjusted and compiling():  # the count stays a tensor: the unadjusted score where there are too few
-        n = count.to(r2.dtype)
-        too_few = n <= adjusted + 1
-        r2 = torch.where(too_few, r2, 1 - (1 - r2) * (n - 1) / torch.where(too_few, 1.0, n - adjusted - 1))
+        rows = count.to(r2.dtype)
+        too_few = rows <= adjusted + 1
+        r2 = torch.where(too_few, r2, 1 - (1 - r2) * (rows - 1) / torch.where(too_few, 1.0, rows - adjusted - 1))
     elif adjusted:
         n = int(count)
         if adjusted >= n - 1:
