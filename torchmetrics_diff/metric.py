@@ -191,6 +191,9 @@ class Metric(nn.Module):
     #: the lifecycle methods shared by every subclass that ``torch.compile`` may compile as frames of their own
     #: (when a graph break below them stops Dynamo inlining them): each subclass runs its own copy of their code,
     #: so their compiled frames are cached per class (see :func:`_own_code`)
+    _outside_forward: ClassVar[Callable[..., Any]]
+    _outside_compute: ClassVar[Callable[..., Any]]
+    _outside_update: ClassVar[Callable[..., Any]]
     _per_class_code: ClassVar[tuple[str, ...]] = (
         "forward",
         "_update_template",
@@ -211,6 +214,8 @@ class Metric(nn.Module):
             inherited = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), None)
             if name not in cls.__dict__ and inspect.isfunction(inherited):
                 setattr(cls, name, _own_code(inherited, cls))
+        for name, fn in _OUTSIDE_GRAPH.items():
+            setattr(cls, name, staticmethod(_own_code(outside_graph(fn), cls)))
         if not cls.__dict__.get("_wrap_lifecycle", True):
             return
         for which in ("update", "compute"):
@@ -450,7 +455,7 @@ class Metric(nn.Module):
         if self._in_lifecycle:  # inside forward, or a subclass calling super().update(): just run it
             return raw(self, *args, **kwargs)
         if compiling() and self._list_states:
-            return _eager_update(self, raw, *args, **kwargs)  # a growing list: see _steps_out_of_graph
+            return self._outside_update(self, raw, *args, **kwargs)  # a growing list: see _steps_out_of_graph
         if self._synced_cache is not None:
             raise self._synced_error("update")
         # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
@@ -475,7 +480,7 @@ class Metric(nn.Module):
         if self._in_lifecycle:
             return raw(self)
         if compiling() and (self._syncs_on_compute() or self._list_states):
-            return _eager_compute(self, raw)  # the sync runs inside a context manager: one graph break around it all
+            return self._outside_compute(self, raw)  # the sync runs inside a context manager: one break around it all
         if not compiling() and self._update_count == 0:  # (traced: the count is a tensor; no data-dependent branch)
             warnings.warn(
                 f"{type(self).__name__}.compute() was called before update(); the value is that of the default states",
@@ -545,7 +550,7 @@ class Metric(nn.Module):
         trainer's gradient averaging, every parameter gradient equals the single-device one.
         """
         if compiling() and self._steps_out_of_graph():
-            return _eager_forward(self, *args, **kwargs)
+            return self._outside_forward(self, *args, **kwargs)
         step = self._begin_batch()
         try:
             self._update_batch(step, args, kwargs)
@@ -1027,11 +1032,18 @@ def _differs(value: Any, default: Any) -> bool:
         return True
 
 
-# Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each
-# (torchmetrics_diff.distributed._compile.outside_graph; docs/guide/compile.rst).
-_eager_forward = outside_graph(Metric.forward)
-_eager_compute = outside_graph(Metric._compute_template)
-_eager_update = outside_graph(Metric._update_template)
+# Under torch.compile with more than one rank (or with list states), forward, compute and update run eagerly
+# behind one graph break each (torchmetrics_diff.distributed._compile.outside_graph; docs/guide/compile.rst).
+#: the calls that, under torch.compile, run eagerly behind one graph break (:func:`outside_graph`): a class
+#: attribute each, a copy per class (Dynamo resumes in the wrapper after the break and caches that frame per code
+#: object, as for the lifecycle's, see _own_code)
+_OUTSIDE_GRAPH = {
+    "_outside_forward": Metric.forward,
+    "_outside_compute": Metric._compute_template,
+    "_outside_update": Metric._update_template,
+}
+for _name, _fn in _OUTSIDE_GRAPH.items():
+    setattr(Metric, _name, staticmethod(outside_graph(_fn)))
 
 
 def _wrap(raw: Callable, template: Callable) -> Callable:

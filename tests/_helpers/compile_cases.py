@@ -133,3 +133,63 @@ LIST_STATES = {
     "RetrievalMedianRank",
     "RetrievalMAPAtK",
 }
+
+
+def _synced_objects() -> list[tuple[Any, tuple]]:
+    """Objects of 17 metric and loss classes that sync on step, each with this rank's batch."""
+    sync = {"dist_sync_on_step": True}
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    metrics = [
+        (T.SumMetric(nan_strategy="disable", **sync), _values),
+        (T.MeanMetric(nan_strategy="disable", **sync), _values),
+        (T.MaxMetric(nan_strategy="disable", **sync), _values),
+        (T.MinMetric(nan_strategy="disable", **sync), _values),
+        (T.Accuracy(task="multiclass", num_classes=CLASSES, **sync), _multiclass),
+        (T.Precision(task="multilabel", num_labels=LABELS, **sync), _multilabel),
+        (T.Recall(task="multiclass", num_classes=CLASSES, **sync), _multiclass),
+        (T.F1Score(task="binary", **sync), _binary),
+        (T.ConfusionMatrix(task="multiclass", num_classes=CLASSES, **sync), _multiclass),
+        (T.MeanSquaredError(**sync).double(), _pairs),
+        (T.MeanAbsoluteError(**sync).double(), _pairs),
+        (T.R2Score(**sync).double(), _pairs),
+        (T.PearsonCorrCoef(**sync).double(), _pairs),
+        (T.CosineSimilarity(reduction="mean", **sync).double(), _embeddings),
+        (T.Perplexity(ignore_index=-100, **sync).double(), _tokens),
+        (L.GlobalMeanLoss(), _values),
+        (L.InfoNCELoss(), _embeddings),
+    ]
+    return [(m, batch(10 * rank)) for m, batch in metrics]
+
+
+def synced_step_frames(rank: int, world: int, steps: int = 3) -> dict[str, Any]:
+    """One compiled step calling every object of :func:`_synced_objects` (each syncs: each breaks inside its own
+    ``forward``): frames compiled after two warm-up steps, recompile-limit hits, and the largest difference of
+    the values and ``compute()`` from an eager twin's."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    traced, eager = _synced_objects(), _synced_objects()
+
+    def step(objects: list[tuple[Any, tuple]]) -> list[Any]:
+        return [m(*args) for m, args in objects]
+
+    compiled = torch.compile(step, backend="eager")
+    for _ in range(2):
+        compiled(traced), step(eager)
+    frames = counters["frames"]["total"]
+    for _ in range(steps):
+        values, expected = compiled(traced), step(eager)
+    worst = 0.0
+    for (metric, _), (twin, _), value, want in zip(traced, eager, values, expected):
+        worst = max(worst, (value - want).abs().max().item(), (metric.compute() - twin.compute()).abs().max().item())
+    limits = [r.splitlines()[0] for r in counters["unimplemented"] if "recompile limit" in r.lower()]
+    out = {
+        "classes": len({type(m) for m, _ in traced}),
+        "late_frames": counters["frames"]["total"] - frames,
+        "limits": limits,
+        "worst": worst,
+    }
+    torch._dynamo.reset()
+    return out

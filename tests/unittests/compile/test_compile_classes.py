@@ -7,7 +7,8 @@
 - checks of values are device assertions in the graph (no graph break), absent with ``validate_args=False``;
 - one compiled evaluation step calling many metric and loss classes, several of which break inside their own
   ``forward``, compiles nothing after its warm-up and never reaches Dynamo's recompile limit (each class runs
-  its own copy of the lifecycle code, so the frames compiled per class are not all cached in one code object).
+  its own copy of the lifecycle code, so the frames compiled per class are not all cached in one code object),
+  at world size 1 and, with every metric syncing on step, at world size 2.
 
 Every compile uses ``backend="eager"`` (Dynamo alone: that is what decides graphs, breaks and guards) on tiny
 float64 tensors, one compile per function.
@@ -23,7 +24,8 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 import torchmetrics_diff as T
-from tests._helpers.compile_cases import CASES, LIST_STATES
+from tests._helpers.compile_cases import CASES, LIST_STATES, synced_step_frames
+from tests._helpers.harness import run_distributed
 from torchmetrics_diff import losses as L
 
 FULLGRAPH = sorted(set(CASES) - LIST_STATES)
@@ -186,3 +188,12 @@ def test_compiled_step_with_many_classes_compiles_nothing_after_warmup() -> None
     forwards = {id(type(m).forward.__code__) for m, _ in traced if not isinstance(m, L.GlobalBatchLoss)}
     assert len(forwards) == len({type(m) for m, _ in traced if not isinstance(m, L.GlobalBatchLoss)})
     torch._dynamo.reset()
+
+
+def test_compiled_step_of_synced_classes_at_world_size_2_compiles_nothing_after_warmup() -> None:
+    """Two gloo ranks, 17 metric and loss classes syncing on step: every ``forward`` steps out of the graph for
+    its sync (a break inside each class's ``forward``, and Dynamo resumes after it in the class's own copy of the
+    call that steps out). After two warm-up steps, three more compile nothing and never reach the recompile
+    limit; values and ``compute()`` equal the eager twin's on every rank."""
+    for rank, outcome in enumerate(run_distributed(synced_step_frames, 2, timeout=300)):
+        assert outcome == {"classes": 17, "late_frames": 0, "limits": [], "worst": 0.0}, f"rank {rank}: {outcome}"
