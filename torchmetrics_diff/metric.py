@@ -175,7 +175,7 @@ class Metric(nn.Module):
     :meth:`_snapshot`/:meth:`_restore` (an all-or-nothing ``update``), :meth:`_same_update` and
     :meth:`_share_states` (compute groups), :meth:`_sync_spec`, :meth:`_hold_synced` and :attr:`_is_synced` (one
     sync for every member), and the questions :meth:`_syncs_on_step`, :meth:`_syncs_on_step_eagerly`,
-    :meth:`_syncs_on_compute` and :meth:`_joins_compute_sync`.
+    :meth:`_steps_out_of_graph`, :meth:`_syncs_on_compute` and :meth:`_joins_compute_sync`.
     """
 
     is_differentiable: ClassVar[bool | None] = None

@@ -197,3 +197,25 @@ def test_compiled_step_of_synced_classes_at_world_size_2_compiles_nothing_after_
     limit; values and ``compute()`` equal the eager twin's on every rank."""
     for rank, outcome in enumerate(run_distributed(synced_step_frames, 2, timeout=300)):
         assert outcome == {"classes": 17, "late_frames": 0, "limits": [], "worst": 0.0}, f"rank {rank}: {outcome}"
+
+
+def test_collection_with_a_list_state_member_runs_eagerly_behind_one_break() -> None:
+    """A collection holding a list-state metric steps out of the graph as a whole (``forward`` and ``compute``);
+    values equal the eager collection's, nothing compiles after warm-up."""
+    torch._dynamo.reset()
+    counters.clear()
+
+    def make() -> T.MetricCollection:
+        return T.MetricCollection({"f1": T.F1Score(task="binary"), "auroc": T.AUROC(task="binary")})
+
+    eager, traced = make(), make()
+    forward = torch.compile(lambda *a: traced(*a), backend="eager")
+    compute = torch.compile(lambda: traced.compute(), backend="eager")
+    for i in range(4):
+        if i == 2:
+            frames = counters["frames"]["total"]
+        _same(forward(*CASES["AUROC"].batch(i)), eager(*CASES["AUROC"].batch(i)))
+        _same(compute(), eager.compute())
+    assert counters["frames"]["total"] == frames
+    assert sum(counters["graph_break"].values()) > 0
+    torch._dynamo.reset()
