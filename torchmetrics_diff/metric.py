@@ -188,12 +188,13 @@ class Metric(nn.Module):
 
     _raw_update: ClassVar[Callable[..., Any]]
     _raw_compute: ClassVar[Callable[..., Any]]
-    #: the lifecycle methods shared by every subclass that ``torch.compile`` may compile as frames of their own
-    #: (when a graph break below them stops Dynamo inlining them): each subclass runs its own copy of their code,
-    #: so their compiled frames are cached per class (see :func:`_own_code`)
+    # forward, compute and update run eagerly behind one graph break (one copy per class, see _OUTSIDE_GRAPH)
     _outside_forward: ClassVar[Callable[..., Any]]
     _outside_compute: ClassVar[Callable[..., Any]]
     _outside_update: ClassVar[Callable[..., Any]]
+    #: the lifecycle methods shared by every subclass that ``torch.compile`` may compile as frames of their own
+    #: (when a graph break below them stops Dynamo inlining them): each subclass runs its own copy of their code,
+    #: so their compiled frames are cached per class (see :func:`_own_code`)
     _per_class_code: ClassVar[tuple[str, ...]] = (
         "forward",
         "_update_template",
@@ -1032,11 +1033,10 @@ def _differs(value: Any, default: Any) -> bool:
         return True
 
 
-# Under torch.compile with more than one rank (or with list states), forward, compute and update run eagerly
-# behind one graph break each (torchmetrics_diff.distributed._compile.outside_graph; docs/guide/compile.rst).
-#: the calls that, under torch.compile, run eagerly behind one graph break (:func:`outside_graph`): a class
-#: attribute each, a copy per class (Dynamo resumes in the wrapper after the break and caches that frame per code
-#: object, as for the lifecycle's, see _own_code)
+#: Under torch.compile with more than one rank (or with list states), forward, compute and update run eagerly
+#: behind one graph break each (:func:`outside_graph`; docs/guide/compile.rst): through a class attribute, a copy
+#: per class made in ``__init_subclass__`` (Dynamo resumes in the wrapper after the break and caches that frame
+#: per code object, as it does the lifecycle's: see :func:`_own_code`).
 _OUTSIDE_GRAPH = {
     "_outside_forward": Metric.forward,
     "_outside_compute": Metric._compute_template,
