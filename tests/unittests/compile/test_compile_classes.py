@@ -219,3 +219,36 @@ def test_collection_with_a_list_state_member_runs_eagerly_behind_one_break() -> 
     assert counters["frames"]["total"] == frames
     assert sum(counters["graph_break"].values()) > 0
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize(
+    ("fn", "case"),
+    [
+        ("auroc", "AUROC"),
+        ("confusion_matrix", "ConfusionMatrix"),
+        ("r2_score", "R2Score"),
+        ("perplexity", "Perplexity"),
+        ("retrieval_recall_at_k", "RetrievalRecallAtK"),
+        ("retrieval_median_rank", "RetrievalMedianRank"),
+        ("retrieval_map_at_k", "RetrievalMAPAtK"),
+    ],
+)
+def test_functional_batch_values_compile_in_one_graph(fn: str, case: str) -> None:
+    """The functions behind the metrics, list-state ones included, have no data-dependent shape or host read:
+    ``fullgraph=True`` compiles them, and their values equal the eager ones (ties and logits included)."""
+    import torchmetrics_diff.functional as F
+
+    options = {
+        "confusion_matrix": {"task": "multiclass", "num_classes": 3},
+        "perplexity": {"ignore_index": -100},
+        "retrieval_recall_at_k": {"top_k": 2},
+    }
+    call = getattr(F, fn)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *a: call(*a, **options.get(fn, {})), backend="eager", fullgraph=True)
+    for i in range(2):
+        args = CASES[case].batch(i)
+        if fn == "auroc":  # tied scores across classes
+            args = (args[0].round(decimals=1), args[1])
+        _same(compiled(*args), call(*args, **options.get(fn, {})))
+    torch._dynamo.reset()
