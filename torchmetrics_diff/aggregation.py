@@ -98,11 +98,16 @@ class BaseAggregator(Metric):
             if self.nan_strategy == "warn":
                 self._count_nans(nans.sum())
             return ~nans  # replaced whatever the data: no host round trip
-        if not bool(nans.any()):
-            return None
         where = "`value`" if weight is None else "`value` or `weight`"
         if self.nan_strategy == "error":
-            raise RuntimeError(f"{type(self).__name__}: encountered NaN in {where} and nan_strategy='error'")
+            message = f"{type(self).__name__}: encountered NaN in {where} and nan_strategy='error'"
+            if compiling():  # a device assertion in the graph: no host read, no graph break
+                torch._assert_async(nans.logical_not().all(), message)
+            elif bool(nans.any()):
+                raise RuntimeError(message)
+            return None
+        if not bool(nans.any()):
+            return None
         if self.nan_strategy == "warn":
             warnings.warn(
                 f"{type(self).__name__}: NaN in {where} dropped (nan_strategy='warn')", UserWarning, stacklevel=4

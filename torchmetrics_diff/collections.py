@@ -275,8 +275,8 @@ class MetricCollection(nn.ModuleDict):
         Every member runs the batch-step protocol of :class:`~torchmetrics_diff.Metric`; the members that sync
         through the engine are synced together between their ``update`` and their value.
         """
-        if compiling() and any(m._syncs_on_step_eagerly() for m in self._modules.values()):
-            return _eager_forward(self, *args, **kwargs)  # one graph break: see Metric._syncs_on_step_eagerly
+        if compiling() and any(m._steps_out_of_graph() for m in self._modules.values()):
+            return _eager_forward(self, *args, **kwargs)  # one graph break: see Metric._steps_out_of_graph
         leaders = self._leaders()
         syncing = self._syncing({n: m for n, m in leaders.items() if m._syncs_on_step()})
         steps: dict[str, BatchStep] = {}
@@ -329,7 +329,7 @@ class MetricCollection(nn.ModuleDict):
 
     def compute(self) -> dict[str, Any]:
         """Every member's epoch value; all members' states synced in one engine call."""
-        if compiling() and any(m._syncs_on_compute() for m in self._modules.values()):
+        if compiling() and any(m._syncs_on_compute() or m._list_states for m in self._modules.values()):
             return _eager_compute(self)  # one graph break: the sync runs inside try/finally
         leaders = self._leaders()
         synced_here: list[Metric] = []

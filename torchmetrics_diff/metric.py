@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import types
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -176,7 +177,7 @@ class Metric(nn.Module):
     :meth:`_snapshot`/:meth:`_restore` (an all-or-nothing ``update``), :meth:`_same_update` and
     :meth:`_share_states` (compute groups), :meth:`_sync_spec`, :meth:`_hold_synced` and :attr:`_is_synced` (one
     sync for every member), and the questions :meth:`_syncs_on_step`, :meth:`_syncs_on_step_eagerly`,
-    :meth:`_syncs_on_compute` and :meth:`_joins_compute_sync`.
+    :meth:`_steps_out_of_graph`, :meth:`_syncs_on_compute` and :meth:`_joins_compute_sync`.
     """
 
     is_differentiable: ClassVar[bool | None] = None
@@ -189,17 +190,42 @@ class Metric(nn.Module):
 
     _raw_update: ClassVar[Callable[..., Any]]
     _raw_compute: ClassVar[Callable[..., Any]]
+    # forward, compute and update run eagerly behind one graph break (one copy per class, see _OUTSIDE_GRAPH)
+    _outside_forward: ClassVar[Callable[..., Any]]
+    _outside_compute: ClassVar[Callable[..., Any]]
+    _outside_update: ClassVar[Callable[..., Any]]
+    #: the lifecycle methods shared by every subclass that ``torch.compile`` may compile as frames of their own
+    #: (when a graph break below them stops Dynamo inlining them): each subclass runs its own copy of their code,
+    #: so their compiled frames are cached per class (see :func:`_own_code`)
+    _per_class_code: ClassVar[tuple[str, ...]] = (
+        "forward",
+        "_update_template",
+        "_compute_template",
+        "_begin_batch",
+        "_update_batch",
+        "_batch_value",
+        "_finish_batch",
+        "_abort_batch",
+        "_run",
+    )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Wrap the subclass's own ``update``/``compute`` once, at class creation, in the lifecycle template."""
+        """Give the subclass its own copy of the lifecycle's code (:attr:`_per_class_code`), and wrap its own
+        ``update``/``compute`` once, at class creation, in the lifecycle template."""
         super().__init_subclass__(**kwargs)
+        for name in cls._per_class_code:
+            inherited = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), None)
+            if name not in cls.__dict__ and inspect.isfunction(inherited):
+                setattr(cls, name, _own_code(inherited, cls))
+        for name, fn in _OUTSIDE_GRAPH.items():
+            setattr(cls, name, staticmethod(_own_code(outside_graph(fn), cls)))
         if not cls.__dict__.get("_wrap_lifecycle", True):
             return
-        for which, template in (("update", Metric._update_template), ("compute", Metric._compute_template)):
+        for which in ("update", "compute"):
             raw = cls.__dict__.get(which)
             if raw is not None:
                 setattr(cls, f"_raw_{which}", raw)
-                setattr(cls, which, _wrap(raw, template))
+                setattr(cls, which, _own_code(_wrap(raw, getattr(cls, f"_{which}_template")), cls))
 
     def __init__(
         self,
@@ -434,6 +460,8 @@ class Metric(nn.Module):
     def _update_template(self, raw: Callable, *args: Any, **kwargs: Any) -> None:
         if self._in_lifecycle:  # inside forward, or a subclass calling super().update(): just run it
             return raw(self, *args, **kwargs)
+        if compiling() and self._list_states:
+            return self._outside_update(self, raw, *args, **kwargs)  # a growing list: see _steps_out_of_graph
         if self._synced_cache is not None:
             raise self._synced_error("update")
         # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
@@ -457,8 +485,8 @@ class Metric(nn.Module):
     def _compute_template(self, raw: Callable) -> Any:
         if self._in_lifecycle:
             return raw(self)
-        if compiling() and self._syncs_on_compute():
-            return _eager_compute(self, raw)  # the sync runs inside a context manager: one graph break around it all
+        if compiling() and (self._syncs_on_compute() or self._list_states):
+            return self._outside_compute(self, raw)  # the sync runs inside a context manager: one break around it all
         if not compiling() and self._update_count == 0:  # (traced: the count is a tensor; no data-dependent branch)
             warnings.warn(
                 f"{type(self).__name__}.compute() was called before update(); the value is that of the default states",
@@ -534,8 +562,8 @@ class Metric(nn.Module):
         With ``dist_sync_on_step=True`` the value is identical on every rank and, after ``backward`` and the
         trainer's gradient averaging, every parameter gradient equals the single-device one.
         """
-        if compiling() and self._syncs_on_step_eagerly():
-            return _eager_forward(self, *args, **kwargs)
+        if compiling() and self._steps_out_of_graph():
+            return self._outside_forward(self, *args, **kwargs)
         step = self._begin_batch()
         try:
             self._update_batch(step, args, kwargs)
@@ -628,6 +656,13 @@ class Metric(nn.Module):
         """Whether ``forward`` syncs across ranks: then, under ``torch.compile``, the whole ``forward`` runs eagerly
         behind one graph break (the sync is host-side, and Dynamo cannot resume after a break inside its ``try``)."""
         return self.dist_sync_on_step and self._distributed_available()
+
+    def _steps_out_of_graph(self) -> bool:
+        """Whether, under ``torch.compile``, ``forward`` (and, for the second reason, ``update`` and ``compute``)
+        runs eagerly behind one graph break: it syncs across ranks (:meth:`_syncs_on_step_eagerly`), or the metric
+        has list states. A list state grows by a batch every step: traced code that extends it makes Dynamo
+        guard on its length, so every step would compile anew (and fail at the ninth with ``fullgraph=True``)."""
+        return self._syncs_on_step_eagerly() or bool(self._list_states)
 
     def _syncs_on_step(self) -> bool:
         """Whether ``forward`` syncs through the engine (so peers wait in its first round)."""
@@ -1071,10 +1106,18 @@ def _differs(value: Any, default: Any) -> bool:
 
 refuse_in_torchmetrics_containers(Metric)  # the torchmetrics containers that cannot hold our metrics say so
 
-# Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each
-# (torchmetrics_diff.distributed._compile.outside_graph; docs/guide/compile.rst).
-_eager_forward = outside_graph(Metric.forward)
-_eager_compute = outside_graph(Metric._compute_template)
+
+#: Under torch.compile with more than one rank (or with list states), forward, compute and update run eagerly
+#: behind one graph break each (:func:`outside_graph`; docs/guide/compile.rst): through a class attribute, a copy
+#: per class made in ``__init_subclass__`` (Dynamo resumes in the wrapper after the break and caches that frame
+#: per code object, as it does the lifecycle's: see :func:`_own_code`).
+_OUTSIDE_GRAPH = {
+    "_outside_forward": Metric.forward,
+    "_outside_compute": Metric._compute_template,
+    "_outside_update": Metric._update_template,
+}
+for _name, _fn in _OUTSIDE_GRAPH.items():
+    setattr(Metric, _name, staticmethod(outside_graph(_fn)))
 
 
 def _wrap(raw: Callable, template: Callable) -> Callable:
@@ -1083,3 +1126,26 @@ def _wrap(raw: Callable, template: Callable) -> Callable:
         return template(self, raw, *args, **kwargs)
 
     return wrapped
+
+
+def _own_code(fn: Callable, owner: type) -> Callable:
+    """A copy of the function ``fn`` for the class ``owner``, running a copy of ``fn``'s code object.
+
+    Dynamo keeps the frames it compiles per code object, and its ``recompile_limit`` (8) counts them per code
+    object. A method every metric class inherits, compiled as a frame of its own (below a graph break), guards
+    on the class of ``self``: one compiled frame per class, all in one code object, so that one compiled step
+    calling nine metric classes would exceed the limit and run the rest of it eagerly. With a copy per class,
+    each class's frames are cached apart. Same name, file, lines, defaults and docstring; nothing changes in
+    eager mode.
+    """
+    # a new code object, equal to fn's but for the name tracebacks show
+    if sys.version_info >= (3, 11):
+        code = fn.__code__.replace(co_qualname=f"{owner.__qualname__}.{fn.__name__}")
+    else:
+        code = fn.__code__.replace()
+    copy = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__dict__.update(fn.__dict__)
+    for attr in ("__doc__", "__module__", "__qualname__", "__annotations__"):
+        setattr(copy, attr, getattr(fn, attr))
+    return copy

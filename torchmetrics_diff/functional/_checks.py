@@ -22,10 +22,12 @@ import contextlib
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import torch
 from torch import Tensor
+
+from torchmetrics_diff.distributed._compile import compiling
 
 #: a number or a one-element tensor (a logit scale, a temperature, a bias)
 Scalar = Union[Tensor, float]
@@ -137,6 +139,32 @@ def check_labels(name: str, labels: Tensor, n: int) -> None:
         raise ValueError(f"`{name}` must be an integer tensor of shape ({n},); got {got}")
     if labels.shape != (n,):
         raise ValueError(f"`{name}` must have shape ({n},); got {_shape(labels)}")
+
+
+def check_values(bad: Tensor, expected: str, actual: Callable[[], str], error: type[Exception] = ValueError) -> None:
+    """Raise ``error(f"{expected}; {actual()}")`` when any entry of the boolean ``bad`` is true.
+
+    A check of tensor *values* (shapes and dtypes are checked on the host, for free). In eager mode it reads
+    ``bad.any()`` on the host, and the message shows what ``actual`` says (the offending values). In code that
+    ``torch.compile`` traces there is no host read: the check is a device assertion in the graph
+    (``torch._assert_async``), so it costs no graph break; when it fails, a ``RuntimeError`` carrying
+    ``expected`` is raised where the device reports it (at once on the CPU; on CUDA a device-side assertion),
+    without the values.
+
+    Example:
+        >>> import torch
+        >>> labels = torch.tensor([0, 3, 1])
+        >>> bad = labels >= 3
+        >>> check_values(bad, "`target` values must lie in [0, 2]", lambda: f"found {labels[bad].tolist()}")
+        Traceback (most recent call last):
+            ...
+        ValueError: `target` values must lie in [0, 2]; found [3]
+    """
+    if compiling():
+        message = f"{expected}; some value does not (checked on the device under torch.compile, which cannot show it)"
+        torch._assert_async(bad.logical_not().all(), message)
+    elif bool(bad.any()):
+        raise error(f"{expected}; {actual()}")
 
 
 def check_broadcast(name: str, x: Tensor, values: Tensor) -> None:

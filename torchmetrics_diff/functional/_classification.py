@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int
+from torchmetrics_diff.distributed._compile import compiling
+from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int, check_values
 
 TASKS = ("binary", "multiclass", "multilabel")
 AVERAGES = ("micro", "macro", "weighted", "none", None)
@@ -92,18 +93,20 @@ def _check_labels(name: str, values: torch.Tensor, high: int, ignore_index: int 
     bad = (values < 0) | (values >= high)
     if ignore_index is not None:
         bad &= values != ignore_index
-    if bool(bad.any()):
-        found = values[bad][:5].tolist()
-        extra = f" or {ignore_index} (ignore_index)" if ignore_index is not None else ""
-        raise ValueError(f"`{name}` values must lie in [0, {high - 1}]{extra}; found {found}")
+    extra = f" or {ignore_index} (ignore_index)" if ignore_index is not None else ""
+    check_values(
+        bad, f"`{name}` values must lie in [0, {high - 1}]{extra}", lambda: f"found {values[bad][:5].tolist()}"
+    )
 
 
 def _probabilities(scores: torch.Tensor) -> torch.Tensor:
     """Float scores as probabilities: torchmetrics takes a batch for logits (sigmoid) when any value lies outside
-    ``[0, 1]``."""
-    if scores.numel() and bool(((scores < 0) | (scores > 1)).any()):
-        return torch.sigmoid(scores)
-    return scores
+    ``[0, 1]``. Decided on the device (a ``where`` over the batch): no host read, nothing for ``torch.compile``
+    to branch on."""
+    if not scores.numel():
+        return scores
+    logits = ((scores < 0) | (scores > 1)).any()
+    return torch.where(logits, torch.sigmoid(scores), scores)
 
 
 def _binary_preds(preds: torch.Tensor, threshold: float, validate: bool) -> torch.Tensor:
@@ -152,8 +155,8 @@ def _two_class_format(
 
 def _multiclass_labels(
     preds: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None, validate: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Flat predicted and target labels, ignored targets dropped."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Flat predicted and target labels (``int64``) and the mask of kept entries (``None``: all)."""
     _check_pair(preds, target, same_shape=False)
     if preds.ndim == target.ndim + 1:
         if preds.shape[1] != num_classes or preds.shape[:1] + preds.shape[2:] != target.shape:
@@ -174,16 +177,25 @@ def _multiclass_labels(
         )
     if validate:
         _check_labels("target", target, num_classes, ignore_index)
-    p, t = _flat_kept(preds, target, ignore_index)
-    return p.long(), t.long()
+    p, t = preds.reshape(-1).long(), target.reshape(-1).long()
+    return p, t, (None if ignore_index is None else t != ignore_index)
 
 
 def multiclass_confusion_counts(
     preds: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None = None, validate: bool = True
 ) -> torch.Tensor:
-    """The ``(C, C)`` ``int64`` confusion matrix, rows the target class, columns the predicted one."""
-    p, t = _multiclass_labels(preds, target, num_classes, ignore_index, validate)
-    return torch.bincount(t * num_classes + p, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+    """The ``(C, C)`` ``int64`` confusion matrix, rows the target class, columns the predicted one.
+
+    Every entry is counted into a fixed ``C * C`` bins, an ignored one with weight 0 (no entry is dropped, no
+    shape depends on the data: ``torch.compile`` traces it in one graph).
+    """
+    p, t, keep = _multiclass_labels(preds, target, num_classes, ignore_index, validate)
+    cell = t * num_classes + p
+    ones = torch.ones_like(cell)
+    if keep is not None:  # an ignored target may be any int (-100): count it in cell 0 with weight 0
+        cell, ones = torch.where(keep, cell, 0), keep.to(torch.int64)
+    counts = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=cell.device)
+    return counts.scatter_add_(0, cell, ones).reshape(num_classes, num_classes)
 
 
 def _masked_counts(p: torch.Tensor, t: torch.Tensor, keep: torch.Tensor | None) -> StatScores:
@@ -493,23 +505,33 @@ def binary_auroc_inputs(
 def binary_auroc_exact(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Area under the ROC curve of 1-D scores: the Mann-Whitney statistic with tied scores sharing their mean
     rank, which equals the trapezoidal area under the exact ROC curve. 0 (with a warning) without positives or
-    without negatives, like torchmetrics."""
+    without negatives, like torchmetrics.
+
+    The ranks come from one sort and two binary searches (a score's mean rank among its ties is the mean of the
+    first and last positions its value holds in the sorted scores): every shape is the input's, nothing is read
+    on the host but the warning's counts, so ``torch.compile`` traces it in one graph (there, without the
+    warning).
+    """
     dtype = torch.get_default_dtype()
-    positives = int(target.sum())
+    positive = target == 1
+    positives = positive.sum().to(torch.float64)
     negatives = target.numel() - positives
-    if positives == 0 or negatives == 0:
+    if not compiling() and not bool(positives * negatives):
         warnings.warn(
-            f"AUROC is undefined with {positives} positive and {negatives} negative targets; returning 0",
+            f"AUROC is undefined with {int(positives)} positive and {int(negatives)} negative targets; returning 0",
             UserWarning,
             stacklevel=2,
         )
         return torch.zeros((), dtype=dtype, device=scores.device)
-    _, inverse, counts = torch.unique(scores.detach(), return_inverse=True, return_counts=True)
-    ends = counts.cumsum(0).to(torch.float64)
-    mean_rank = ends - (counts.to(torch.float64) - 1) / 2  # 1-based mean rank of each group of tied scores
-    rank_sum = mean_rank[inverse][target == 1].sum()
-    auc = (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
-    return auc.to(dtype)
+    scores = scores.detach()
+    ordered = scores.sort().values
+    below = torch.searchsorted(ordered, scores)  # scores ranked strictly below
+    through = torch.searchsorted(ordered, scores, right=True)  # ... below or tied
+    mean_rank = (below + through + 1).to(torch.float64) / 2  # 1-based mean rank of the score's ties
+    rank_sum = torch.where(positive, mean_rank, 0.0).sum()
+    pairs = positives * negatives
+    auc = (rank_sum - positives * (positives + 1) / 2) / torch.where(pairs > 0, pairs, 1.0)
+    return torch.where(pairs > 0, auc, 0.0).to(dtype)
 
 
 def auroc(

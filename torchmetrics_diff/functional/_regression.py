@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.functional._checks import acc_dtype, check_positive_int
+from torchmetrics_diff.distributed._compile import compiling
+from torchmetrics_diff.functional._checks import acc_dtype, check_positive_int, check_values
 
 MULTIOUTPUTS = ("raw_values", "uniform_average", "variance_weighted")
 COSINE_REDUCTIONS = ("sum", "mean", "none", None)
@@ -167,13 +168,14 @@ def r2_score_from_stats(
     Like torchmetrics: an output whose residual sum is ~0 (``|rss| <= 1e-4``) scores 1, one whose target is
     ~constant (``|tss| <= 1e-4``) but residual is not scores 0.
 
+    Under ``torch.compile`` the count is not read on the host: fewer than two observations fail a device
+    assertion (a ``RuntimeError``), and ``adjusted`` falls back to the unadjusted score without the warning.
+
     Raises:
         ValueError: fewer than two observations, or a bad ``adjusted``/``multioutput``.
     """
     check_r2_args(adjusted, multioutput)
-    n = int(count)
-    if n < 2:
-        raise ValueError(f"R2 score needs at least two observations; got {n}")
+    check_values(count < 2, "R2 score needs at least two observations", lambda: f"got {int(count)}")
     tss = sum_sq_obs - sum_obs * sum_obs / count
     rss_zero = rss.abs() <= 1e-4
     tss_zero = tss.abs() <= 1e-4
@@ -186,7 +188,12 @@ def r2_score_from_stats(
         r2 = raw.mean()
     else:
         r2 = (tss / tss.sum() * raw).sum()
-    if adjusted:
+    if adjusted and compiling():  # the count stays a tensor: the unadjusted score where there are too few
+        rows = count.to(r2.dtype)
+        too_few = rows <= adjusted + 1
+        r2 = torch.where(too_few, r2, 1 - (1 - r2) * (rows - 1) / torch.where(too_few, 1.0, rows - adjusted - 1))
+    elif adjusted:
+        n = int(count)
         if adjusted >= n - 1:
             warnings.warn(
                 f"`adjusted`={adjusted} regressors need more than {adjusted + 1} observations (got {n}); "
@@ -240,7 +247,7 @@ def pearson_corrcoef_from_stats(stats: torch.Tensor) -> torch.Tensor:
     eps = torch.finfo(stats.dtype).eps
     noise_x, noise_y = 4 * n * eps * sxx, 4 * n * eps * syy
     valid = (vx > noise_x) & (vy > noise_y) & torch.isfinite(vx) & torch.isfinite(vy) & torch.isfinite(cxy)
-    if not bool(valid.all()):
+    if not compiling() and not bool(valid.all()):  # (no host read, and so no warning, under torch.compile)
         warnings.warn(
             "The variance of `preds` or `target` is zero (or lost to rounding); Pearson's r is NaN there",
             UserWarning,

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from torchmetrics_diff.functional._checks import check_positive_int
+from torchmetrics_diff.functional._checks import check_positive_int, check_values
 
 DIRECTIONS = ("i2t", "t2i")
 
@@ -71,8 +71,8 @@ def check_pairs(
             raise ValueError(f"`labels` must be an integer tensor of shape (N,); got {labels!r}")
         if labels.shape != image.shape[:1]:
             raise ValueError(f"`labels` must have shape ({image.shape[0]},); got {tuple(labels.shape)}")
-        if labels.numel() and bool((labels < 0).any()):
-            raise ValueError(f"`labels` must be >= 0; found {labels[labels < 0][:5].tolist()}")
+        if labels.numel():
+            check_values(labels < 0, "`labels` must be >= 0", lambda: f"found {labels[labels < 0][:5].tolist()}")
     return image, text, labels
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torchmetrics_diff.functional._checks import acc_dtype, check_ignore_index
+from torchmetrics_diff.functional._checks import acc_dtype, check_ignore_index, check_values
 
 
 def perplexity_stats(
@@ -30,8 +30,9 @@ def perplexity_stats(
     t = target.reshape(-1)
     keep = torch.ones_like(t, dtype=torch.bool) if ignore_index is None else t != ignore_index
     bad = keep & ((t < 0) | (t >= vocab))
-    if bool(bad.any()):
-        raise ValueError(f"`target` ids must lie in [0, {vocab - 1}] or be ignore_index; found {t[bad][:5].tolist()}")
+    check_values(
+        bad, f"`target` ids must lie in [0, {vocab - 1}] or be ignore_index", lambda: f"found {t[bad][:5].tolist()}"
+    )
     # half-precision logits: the log-softmax in float32 (as autocast runs it), so the sum is float32 too
     log_probs = torch.log_softmax(preds.reshape(-1, vocab).to(acc_dtype(preds.dtype)), dim=-1)
     picked = log_probs.gather(1, torch.where(keep, t, 0).long()[:, None])[:, 0]

@@ -90,6 +90,8 @@ class GlobalBatchLoss(Metric):
     _same_dtype: ClassVar[tuple[str, ...]] = ()  # the arguments that must share one floating dtype
     loss_total: Tensor
     steps: Tensor
+    # (a copy of their code per loss class, as the metric lifecycle's: torch.compile caches frames per code object)
+    _per_class_code: ClassVar[tuple[str, ...]] = (*Metric._per_class_code, "_step", "_update_from", "_checked")
 
     def __init__(
         self, *, strategy: str = "sharded", tile: int | None = None, dist_sync_on_step: bool = True, **kwargs: Any

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from torchmetrics_diff.distributed._compile import compiling
 from torchmetrics_diff.functional._checks import check_positive_int
 from torchmetrics_diff.functional._retrieval import (
     DIRECTIONS,
@@ -83,7 +84,9 @@ class _CrossModalRetrieval(Metric):
             labels = None
         else:
             image, text, labels = dim_zero_cat(self.image), dim_zero_cat(self.text), dim_zero_cat(self.labels)
-            labels = labels if bool((labels >= 0).any()) else None
+            # without any label only a row's own pair is a positive: the same ranks with or without the labels;
+            # skipping them saves a comparison per score, but asking needs the host (not under torch.compile)
+            labels = None if not compiling() and not bool((labels >= 0).any()) else labels
         return score_directions(image, text, labels, self.directions, self.chunk_size, ap_k)
 
     def _ranks(self) -> dict[str, torch.Tensor]:
