@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import types
 from typing import Any, Callable, TypeVar
 
 import torch
@@ -47,13 +48,17 @@ def outside_graph(fn: F) -> F:
         [1, 2]
     """
 
-    @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if compiling():
             return torch.compiler.disable(_host, recursive=True)(fn, args, kwargs)
         return fn(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    # Dynamo caches the frames it compiles (the one resuming here after the break, too) per code object and counts
+    # its recompile limit per code object: every wrapper gets a code object of its own, so that a compiled step
+    # calling many of them does not pile their frames onto one
+    code = wrapper.__code__.replace(co_name=f"outside_graph_{fn.__name__}")
+    own = types.FunctionType(code, wrapper.__globals__, code.co_name, wrapper.__defaults__, wrapper.__closure__)
+    return functools.wraps(fn)(own)  # type: ignore[return-value]
 
 
 #: how many times each :func:`outside_graph` function ran from compiled code, by name: the host round trips of
