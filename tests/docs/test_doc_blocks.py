@@ -2,14 +2,17 @@
 
 Every ``.rst`` page under ``docs/`` and the README, one test per page: the page's unmarked blocks run in order in
 one namespace in this process, its ``torchrun`` blocks as one script under ``torchrun --nproc-per-node=2`` (CPU,
-gloo), its ``script`` blocks and included example files as programs of their own; a failure names the page and
-the line. The markers are described in :mod:`tests._helpers.doc_blocks` and in the docs' architecture page.
+gloo), its ``script`` blocks and included example files as programs of their own (every page's programs start
+side by side when the first page's test starts); a failure names the page and the line. Fragments are not run, but
+they must parse and their imports from the package must work. The markers are described in :mod:`tests._helpers.doc_blocks` and in the docs' architecture page.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -29,49 +32,76 @@ def _file_name(page: str, suffix: str) -> str:
     return re.sub(r"[^\w]+", "_", page) + suffix
 
 
-@pytest.mark.timeout(3 * TIMEOUT_S)
+def _programs(path: Path, folder: Path) -> list[tuple[str, list[str]]]:
+    """A page's programs as (what the failure says, command): its torchrun blocks joined into one script, each
+    ``script`` block, each included file (once)."""
+    page = _page_id(path)
+    blocks = D.collect(path, ROOT)
+    programs = []
+    torchrun = [block for block in blocks if block.mode == "torchrun" and block.include is None]
+    if torchrun:
+        script = folder / _file_name(page, ".py")
+        script.write_text(D.joined_script(torchrun), encoding="utf-8")
+        lines = ", ".join(str(block.line) for block in torchrun)
+        programs.append((f"{page}:{lines}: the torchrun blocks do not run", D.torchrun_command(script)))
+    seen: set[Path] = set()
+    for block in blocks:
+        if block.mode == "script" or (block.mode == "torchrun" and block.include is not None):
+            if block.include is not None:
+                if block.include in seen:
+                    continue
+                seen.add(block.include)
+                script = block.include
+            else:
+                script = folder / _file_name(f"{page}_{block.line}", ".py")
+                script.write_text(block.padded(), encoding="utf-8")
+            cmd = D.torchrun_command(script) if block.mode == "torchrun" else [sys.executable, str(script)]
+            programs.append((f"{block.where}: this {block.mode} block does not run", cmd))
+    return programs
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[tuple[str, Future]]]]:
+    """Every page's programs, all started at the first page's test: they spend their time importing and meeting
+    more than computing, so side by side they take about as long as the slowest one. Each runs in a folder of its
+    own (for what it writes) and is killed with its process group after ``TIMEOUT_S``."""
+    folder = tmp_path_factory.mktemp("doc_programs")
+    programs = [(_page_id(path), what, cmd) for path in PAGES for what, cmd in _programs(path, folder)]
+
+    def run(index: int) -> tuple[int, str]:
+        cwd = folder / f"run{index}"
+        cwd.mkdir()
+        return D.run_command(programs[index][2], cwd, TIMEOUT_S, ROOT)
+
+    futures: dict[str, list[tuple[str, Future]]] = {}
+    with ThreadPoolExecutor(max_workers=max(len(programs), 1)) as pool:
+        for index, (page, what, _) in enumerate(programs):
+            futures.setdefault(page, []).append((what, pool.submit(run, index)))
+        yield futures
+
+
+@pytest.mark.timeout(TIMEOUT_S + 60)
 @pytest.mark.parametrize("path", PAGES, ids=_page_id)
-def test_page_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_page_code_blocks_run(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launched: dict[str, list[tuple[str, Future]]]
+) -> None:
     blocks = D.collect(path, ROOT)
     problems = [problem for block in blocks for problem in block.problems]
     assert not problems, "\n".join(problems)
-    failures: list[str] = []
+    failures = D.check_fragments(blocks)
 
     monkeypatch.chdir(tmp_path)  # what the blocks write (figures, logs) goes to a fresh folder
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    failures += D.check_fragments(blocks)
     try:
         failures += D.run_in_process(blocks)
     finally:
         if "matplotlib.pyplot" in sys.modules:
             sys.modules["matplotlib.pyplot"].close("all")
 
-    page = _page_id(path)
-    torchrun = [block for block in blocks if block.mode == "torchrun" and block.include is None]
-    if torchrun:
-        script = tmp_path / _file_name(page, ".py")
-        script.write_text(D.joined_script(torchrun), encoding="utf-8")
-        rc, out = D.run_command(D.torchrun_command(script), tmp_path, TIMEOUT_S, ROOT)
+    for what, future in launched.get(_page_id(path), []):
+        rc, out = future.result()
         if rc != 0:
-            lines = ", ".join(str(block.line) for block in torchrun)
-            failures.append(f"{page}:{lines}: the torchrun blocks do not run (exit {rc}):\n{out[-3000:]}")
-
-    seen: set[Path] = set()
-    for block in blocks:
-        if block.mode not in ("script", "torchrun") or (block.mode == "torchrun" and block.include is None):
-            continue
-        if block.include is not None:
-            if block.include in seen:
-                continue
-            seen.add(block.include)
-            script = block.include
-        else:
-            script = tmp_path / _file_name(f"{page}_{block.line}", ".py")
-            script.write_text(block.padded(), encoding="utf-8")
-        cmd = D.torchrun_command(script) if block.mode == "torchrun" else [sys.executable, str(script)]
-        rc, out = D.run_command(cmd, tmp_path, TIMEOUT_S, ROOT)
-        if rc != 0:
-            failures.append(f"{block.where}: this {block.mode} block does not run (exit {rc}):\n{out[-3000:]}")
+            failures.append(f"{what} (exit {rc}):\n{out[-3000:]}")
     assert not failures, "\n\n".join(failures)
 
 
@@ -177,3 +207,16 @@ def test_a_fragment_must_parse_and_import_what_exists() -> None:
     broken = page.replace("m = NoSuchMetric()", "for x in loader")
     failures = D.check_fragments(D.collect_rst(broken, "docs/page.rst"))
     assert len(failures) == 1 and "not valid Python" in failures[0], failures
+
+
+def test_a_program_that_fails_or_hangs_is_reported(tmp_path: Path) -> None:
+    """A ``script`` block's file keeps the page's line numbers; a program past its timeout is killed."""
+    page = ".. script: a whole program\n\n.. code-block:: python\n\n   import sys\n   raise SystemExit('boom')\n"
+    (block,) = D.collect_rst(page, "docs/page.rst")
+    assert block.mode == "script"
+    script = tmp_path / "page.py"
+    script.write_text(block.padded().replace("'boom'", "1 / 0"), encoding="utf-8")
+    rc, out = D.run_command([sys.executable, str(script)], tmp_path, 60, ROOT)
+    assert rc == 1 and "ZeroDivisionError" in out and "line 6" in out, out
+    rc, out = D.run_command([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, 1, ROOT)
+    assert rc == -9 and out.startswith("killed after 1s"), out
