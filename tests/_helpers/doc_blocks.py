@@ -34,7 +34,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PYTHON_LANGUAGES = frozenset({"python", "python3", "py", "pycon", "ipython"})
+PYTHON_LANGUAGES = frozenset({"python", "python3", "py", "pycon"})
 MODES = ("run", "torchrun", "script", "fragment")
 NPROC = 2
 
@@ -176,6 +176,8 @@ def collect_rst(text: str, page: str, base: Path | None = None) -> list[Block]:
                 block = Block(page, i + 1, i + 2 + k, language, code)
                 if language not in PYTHON_LANGUAGES:
                     block.mode = "skip"
+                    if not language and code.strip() and _parses(code):
+                        block.problems.append(f"{block.where}: this block reads as Python: state its language")
         else:
             k = 0
             while k < len(body) and not body[k].strip():
@@ -252,7 +254,7 @@ def run_in_process(blocks: list[Block]) -> list[str]:
         if block.mode != "run":
             continue
         try:
-            if block.language in ("pycon", "ipython") or block.code.lstrip().startswith(">>>"):
+            if block.language == "pycon" or block.code.lstrip().startswith(">>>"):
                 _doctest(block, namespace)
             else:
                 exec(compile(block.padded(), block.page, "exec"), namespace)

@@ -3,8 +3,9 @@
 Every ``.rst`` page under ``docs/`` and the README, one test per page: the page's unmarked blocks run in order in
 one namespace in this process, its ``torchrun`` blocks as one script under ``torchrun --nproc-per-node=2`` (CPU,
 gloo), its ``script`` blocks and included example files as programs of their own (every page's programs start
-side by side when the first page's test starts); a failure names the page and the line. Fragments are not run, but
-they must parse and their imports from the package must work. The markers are described in :mod:`tests._helpers.doc_blocks` and in the docs' architecture page.
+side by side when the first page's test starts); a failure names the page and the line. Fragments are not run,
+but they must parse and their imports from the package must work. The markers are described in
+:mod:`tests._helpers.doc_blocks` and in the docs' architecture page.
 """
 
 from __future__ import annotations
@@ -175,6 +176,8 @@ def test_a_literal_block_that_reads_as_python_must_state_its_language() -> None:
     assert [b.mode for b in blocks] == ["skip", "skip"]
     assert len(blocks[0].problems) == 1 and blocks[0].problems[0].startswith("docs/page.rst:1:"), blocks[0].problems
     assert blocks[1].problems == []
+    (block,) = D.collect_rst(".. code-block::\n\n   x = 1\n", "docs/page.rst")  # no language: Sphinx's default
+    assert block.problems == ["docs/page.rst:1: this block reads as Python: state its language"]
 
 
 def test_pycon_blocks_are_doctests() -> None:
