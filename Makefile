@@ -1,18 +1,34 @@
 # One-command entry points. Each creates .venv when missing and installs what it needs.
 PYTHON ?= python3
 VENV   ?= .venv
-TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+
+# torch, pinned: the CPU build by default (docs/install.rst). The `+cpu` label matches only PyTorch's CPU wheels,
+# so no index can hand over a CUDA build for it; macOS wheels carry no label (they are CPU builds already).
+# TORCH_INDEX is the index the torch install reads instead of PyPI (pip's --index-url): PyTorch's
+# CPU index by default, unless pip's configuration already names its own package sources (index-url,
+# extra-index-url or find-links in a pip.conf or a PIP_* variable: a mirror, a local wheelhouse), which then choose
+# alone. `TORCH_INDEX=` (empty) never adds one. For a CUDA build: `TORCH=torch==2.13.0+cuXYZ
+# TORCH_INDEX=https://download.pytorch.org/whl/cuXYZ` with a CUDA version PyTorch publishes for that release.
+ifeq ($(shell uname -s),Darwin)
+TORCH ?= torch==2.13.0
+else
+TORCH ?= torch==2.13.0+cpu
+endif
+PIP_SOURCES = $(shell $(PYTHON) -m pip config list 2>/dev/null | grep -E '[.](index-url|extra-index-url|find-links)=')
+TORCH_INDEX ?= $(if $(PIP_SOURCES),,https://download.pytorch.org/whl/cpu)
 
 .PHONY: test test-slow test-cuda demo docs bench lint clean venv FORCE
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# CPU torch first (a pinned wheel; never a CUDA build), then the package with its extras, every resolve
-# constrained to that torch (lightning, torchmetrics & co. must never replace it by a CUDA build).
+# torch first (the pinned wheel), then the package with its extras, every resolve constrained to that torch
+# (lightning, torchmetrics & co. must never replace it by another build). A change of TORCH or TORCH_INDEX
+# rewrites $(TORCH_SPEC), which reinstalls.
 CONSTRAINTS := $(VENV)/constraints.txt
+TORCH_SPEC  := $(VENV)/.torch
 PIP := $(PY) -m pip install -q -c $(CONSTRAINTS)
 
 # The package goes in as a *strict* editable install: a tree of links to the sources under build/ that type checkers
@@ -27,10 +43,13 @@ PACKAGE_FILES := $(sort $(shell find torchmetrics_diff -name '*.py' -o -name py.
 $(PKG_LIST): FORCE | $(PY)
 	@echo "$(PACKAGE_FILES)" | cmp -s - $@ || echo "$(PACKAGE_FILES)" > $@
 
-$(STAMP): pyproject.toml Makefile $(PKG_LIST) | $(PY)
+$(TORCH_SPEC): FORCE | $(PY)
+	@echo "$(TORCH) $(TORCH_INDEX)" | cmp -s - $@ || echo "$(TORCH) $(TORCH_INDEX)" > $@
+
+$(STAMP): pyproject.toml Makefile $(PKG_LIST) $(TORCH_SPEC) | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	echo "$(TORCH)" > $(CONSTRAINTS)
-	$(PIP) "$(TORCH)"
+	$(PIP) "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) -e ".[test,docs]" $(EDITABLE)
 	touch $(STAMP)
 
@@ -44,8 +63,8 @@ test-slow: $(STAMP)
 	HYPOTHESIS_PROFILE=slow $(PY) -m pytest -q -m slow tests/unittests/property
 
 # the GPU check (benchmarks/device_check.sh, under 8 minutes): the tests marked `cuda`, the host-round-trip counter
-# and the loss benchmark against open_clip on the GPU. It needs the venv's torch built with CUDA (TORCH= a CUDA
-# wheel where the default is not one); without a CUDA device it prints one line and exits 0.
+# and the loss benchmark against open_clip on the GPU. It needs the venv's torch built with CUDA (TORCH= and
+# TORCH_INDEX= of a CUDA wheel, see above); without a CUDA device it prints one line and exits 0.
 test-cuda: $(STAMP)
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then \
 		$(PIP) --no-deps open_clip_torch; fi

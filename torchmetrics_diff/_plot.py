@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-_MISSING = "plot() needs matplotlib, which is not installed: pip install 'torchmetrics_diff[plot]'"
+_MISSING = "plot() needs matplotlib (the plot extra), which is not installed: pip install 'matplotlib>=3.6'"
 
 
 def _pyplot() -> Any:

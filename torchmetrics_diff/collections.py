@@ -404,7 +404,7 @@ class MetricCollection(nn.ModuleDict):
 
         Raises:
             ValueError: ``together`` is not a bool, or ``ax`` does not match it.
-            ModuleNotFoundError: matplotlib is not installed (``pip install 'torchmetrics_diff[plot]'``).
+            ModuleNotFoundError: matplotlib is not installed (the ``plot`` extra: ``pip install 'matplotlib>=3.6'``).
         """
         if not isinstance(together, bool):
             raise ValueError(f"`together` must be a bool; got {type(together).__name__}")

@@ -1033,7 +1033,7 @@ class Metric(nn.Module):
             ``(figure, axes)``.
 
         Raises:
-            ModuleNotFoundError: matplotlib is not installed (``pip install 'torchmetrics_diff[plot]'``).
+            ModuleNotFoundError: matplotlib is not installed (the ``plot`` extra: ``pip install 'matplotlib>=3.6'``).
 
         Example:
             >>> import torch

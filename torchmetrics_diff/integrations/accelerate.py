@@ -31,8 +31,8 @@ def _accelerate() -> Any:
         import accelerate.utils
     except ModuleNotFoundError as err:  # pragma: no cover - the test extra installs it
         raise ModuleNotFoundError(
-            "torchmetrics_diff.integrations.accelerate needs HuggingFace Accelerate: "
-            "pip install 'torchmetrics_diff[accelerate]'"
+            "torchmetrics_diff.integrations.accelerate needs HuggingFace Accelerate (the accelerate extra), "
+            "which is not installed: pip install 'accelerate>=1.0'"
         ) from err
     return accelerate
 
