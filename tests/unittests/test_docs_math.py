@@ -48,9 +48,9 @@ def _sources() -> list[Path]:
 
 
 FORMULAS = [
-    (f"{path.relative_to(ROOT)}: {tex.strip()[:40]}", tex, block)
+    (f"{path.relative_to(ROOT)}:{i}", tex, block)
     for path in _sources()
-    for tex, block in _formulas(path.read_text(encoding="utf-8"))
+    for i, (tex, block) in enumerate(_formulas(path.read_text(encoding="utf-8")))
 ]
 
 
