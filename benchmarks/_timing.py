@@ -229,6 +229,38 @@ def paired_ratio(a: list[float] | None, b: list[float] | None) -> float | None:
     return statistics.median(x / y for x, y in zip(a, b) if y > 0)
 
 
+# ------------------------------------------------------------------------------------------------ memory
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rss_mib() -> float:
+    """This process's resident set (``VmRSS``), MiB."""
+    return _status_mib("VmRSS")
+
+
+def peak_rise_mib(fn: Callable[[], Any]) -> float:
+    """How far this process's resident set rose above its size before ``fn()`` while ``fn()`` ran, MiB.
+
+    The peak (``VmHWM``) is reset to the current resident set through ``/proc/self/clear_refs`` first; ``nan``
+    where that file cannot be written. Set ``MALLOC_MMAP_THRESHOLD_`` (e.g. 65536) in the environment of the
+    process, so that large tensors are their own mappings and the resident set follows the live tensors.
+    """
+    baseline = rss_mib()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM (the peak resident set) to the current RSS
+    except OSError:
+        fn()
+        return float("nan")
+    fn()
+    return _status_mib("VmHWM") - baseline
+
+
 # ------------------------------------------------------------------------------------------------ output
 def ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e3:.3f}"

@@ -1,16 +1,19 @@
-"""CLIPLoss strategies: replicated vs sharded, step time and peak memory per rank.
+"""CLIPLoss strategies: replicated, sharded and ring, step time and peak memory per rank.
 
-Two parts:
+Three parts:
 
-1. *Simulated large global batch* (N = 8192 rows of D = 256, float32, split over W = 1, 2, 4, 8): one rank's
+1. *Real runs* at W = 2 on gloo: ``CLIPLoss(strategy=s)`` forward + backward per step for the three strategies
+   (``tile`` at its default) at global batches from 32 to 4096 rows, and the peak memory per rank of one step
+   of each, measured in one further set of processes (the resident set's rise during the step: ``VmHWM`` reset
+   through ``/proc/self/clear_refs`` before it, allocations of 64 KiB and more their own mappings so that the
+   resident set follows the live tensors). This is the comparison table of ``docs/guide/strategies.rst``.
+2. *Simulated large global batch* (N = 8192 rows of D = 256, float32, split over W = 1, 2, 4, 8): one rank's
    forward + backward of the loss, each configuration in a fresh process so its peak RSS is its own. The
-   replicated rank computes the whole (N, N) problem; the sharded rank its (B, N) row block, B = N / W, against
-   the N gathered texts (the one-pass kernel ``clip_sum`` as ``global_clip_loss`` runs it; without the other
-   ranks, its column statistics are this rank's own, which changes the value, not the work). The collectives
-   are left out: this is the compute and memory a rank spends on the loss itself.
-2. *Real runs* at W = 2 on gloo: ``CLIPLoss`` forward + backward per step for both strategies at a few
-   global batch sizes, to show where the communication (one more all-reduce and a reduce-scatter in
-   backward for sharded) stops mattering.
+   replicated rank runs ``global_clip_loss(..., strategy="replicated")`` on the whole batch, which is what every
+   replicated rank computes after its gather; the sharded rank runs ``clip_sum`` on its (B, N) row block,
+   B = N / W, against the N texts, the kernel ``global_clip_loss(..., strategy="sharded")`` runs after gathering
+   the texts (without the other ranks its column statistics are this rank's own, which changes the value, not
+   the work). The collectives are left out: this is the compute and memory a rank spends on the loss itself.
 3. *Host round trips* at W = 2 on gloo, beside the step times: per training step of every loss and strategy and
    of a syncing ``MeanMetric``, the calls that would make the host wait for a GPU (``tolist``, ``item``,
    ``__bool__``, ...; ``tests/_helpers/round_trips.py``), on the first call and in the steady state (target 0).
@@ -24,12 +27,15 @@ import time
 from typing import Any
 
 import torch
-from _timing import Budget, Check, fx, ms, ratio, run_spawned, table, time_dist
+import torch.distributed as dist
+from _timing import Budget, Check, fx, ms, peak_rise_mib, ratio, run_spawned, table, time_dist
 
 from tests._helpers.round_trips import counting, total
 
 N_BIG, D_BIG = 8192, 256
 WORLDS = (1, 2, 4, 8)
+STRATEGIES = ("replicated", "sharded", "ring")
+COMPARE_SIZES, COMPARE_D, COMPARE_W = (32, 256, 1024, 4096), 128, 2
 
 
 def _rss_mib() -> float:
@@ -43,7 +49,7 @@ def _peak_mib() -> float:
 
 def _simulated_rank(_rank: int, _world: int, strategy: str, world: int, n: int, d: int, repeats: int) -> dict:
     """One rank's loss step at world size ``world`` (no collectives): seconds and peak RSS above baseline."""
-    from torchmetrics_diff.functional import clip_block, clip_sum
+    from torchmetrics_diff.functional import clip_sum, global_clip_loss
 
     gen = torch.Generator().manual_seed(0)
     img = torch.nn.functional.normalize(torch.randn(n, d, generator=gen), dim=1)
@@ -54,31 +60,56 @@ def _simulated_rank(_rank: int, _world: int, strategy: str, world: int, n: int, 
     for _ in range(repeats + 1):  # the first iteration warms up the allocator and threads; not timed
         all_img, all_txt = img.clone().requires_grad_(), txt.clone().requires_grad_()
         start = time.perf_counter()
-        if strategy == "replicated":
-            loss_sum, count = clip_block(all_img, all_txt, all_img, all_txt, 10.0, 0)
-        else:  # this rank's image rows (its own inputs) against every gathered text
+        if strategy == "replicated":  # the whole problem, as every replicated rank computes it after its gather
+            loss = global_clip_loss(all_img, all_txt, 10.0, strategy="replicated")
+        else:  # this rank's image rows (its own inputs) against every gathered text, the sharded kernel
             loc_img = all_img[:rows].detach().requires_grad_()
-            loss_sum, count = clip_sum(loc_img, all_txt, 10.0, 0), rows
-        (loss_sum / n).backward()
+            loss = clip_sum(loc_img, all_txt, 10.0, 0) / n
+        loss.backward()
         times.append(time.perf_counter() - start)
-        del loss_sum, count, all_img, all_txt
+        del loss, all_img, all_txt
     times = times[1:]
     return {"seconds": sorted(times)[len(times) // 2], "peak_mib": _peak_mib() - baseline}
 
 
-def _real_worker(rank: int, world: int, sizes: tuple[int, ...], d: int, budget: Budget) -> dict:
+def _compare_inputs(rank: int, world: int, n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(rank)
+    img = torch.nn.functional.normalize(torch.randn(n // world, d, generator=gen), dim=1).requires_grad_()
+    txt = torch.nn.functional.normalize(torch.randn(n // world, d, generator=gen), dim=1).requires_grad_()
+    return img, txt
+
+
+def _compare_time_worker(rank: int, world: int, sizes: tuple[int, ...], d: int, budget: Budget) -> dict:
+    """Median seconds of one ``CLIPLoss`` step (forward + backward) per strategy and global batch."""
     from torchmetrics_diff.losses import CLIPLoss
 
     out = {}
     for n in sizes:
-        gen = torch.Generator().manual_seed(rank)
-        img = torch.randn(n // world, d, generator=gen, requires_grad=True)
-        txt = torch.randn(n // world, d, generator=gen, requires_grad=True)
-        losses = {s: CLIPLoss(strategy=s) for s in ("replicated", "sharded")}
-
+        img, txt = _compare_inputs(rank, world, n, d)
+        losses = {s: CLIPLoss(strategy=s) for s in STRATEGIES}
         steps = {s: (lambda loss=loss, img=img, txt=txt: loss(img, txt, 10.0).backward()) for s, loss in losses.items()}
         timed = time_dist(steps, budget)
         out.update({(n, s): t for s, t in timed.items()})
+    return out
+
+
+def _compare_memory_worker(rank: int, world: int, sizes: tuple[int, ...], d: int) -> dict:
+    """Peak rise of the resident set during one ``CLIPLoss`` step per strategy and global batch, largest rank."""
+    from torchmetrics_diff.losses import CLIPLoss
+
+    losses = {s: CLIPLoss(strategy=s) for s in STRATEGIES}
+    for loss in losses.values():  # code pages, thread pools and the gloo pairs are touched outside the measurement
+        loss(*_compare_inputs(rank, world, 16 * world, d), 10.0).backward()
+    out = {}
+    for n in sizes:
+        for s, loss in losses.items():
+            img, txt = _compare_inputs(rank, world, n, d)
+            dist.barrier()
+            peak = peak_rise_mib(lambda loss=loss, img=img, txt=txt: loss(img, txt, 10.0).backward())
+            peaks: list[Any] = [None] * world
+            dist.all_gather_object(peaks, peak)
+            out[(n, s)] = max(peaks)
+            del img, txt
     return out
 
 
@@ -135,8 +166,64 @@ def _round_trip_worker(rank: int, world: int, rows: int, d: int, budget: Budget)
     return out
 
 
+def _compare(budget: Budget) -> list[Check]:
+    """Part 1: the three strategies side by side, real W = 2 steps (time) and one step each (memory)."""
+    sizes = COMPARE_SIZES
+    times = run_spawned(_compare_time_worker, COMPARE_W, sizes, COMPARE_D, budget)
+    # every allocation of 64 KiB or more its own mapping, handed back when freed: the resident set follows the
+    # live tensors (the spawned ranks inherit the variable; the timing runs above use glibc's defaults)
+    saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    try:
+        peaks = run_spawned(_compare_memory_worker, COMPARE_W, sizes, COMPARE_D)
+    finally:
+        if saved is None:
+            os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
+        else:
+            os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
+    rows = [
+        [n]
+        + [ms(times[(n, s)]) for s in STRATEGIES]
+        + [fx(ratio(times[(n, "replicated")], times[(n, "sharded")]))]
+        + [f"{peaks[(n, s)]:.1f}" for s in STRATEGIES]
+        for n in sizes
+    ]
+    print(
+        table(
+            f"CLIPLoss(strategy=...) forward + backward per step, W={COMPARE_W} on gloo (D={COMPARE_D}, float32, "
+            "tile=64 for ring)",
+            ["global batch"]
+            + [f"{s} ms" for s in STRATEGIES]
+            + ["replicated/sharded"]
+            + [f"{s} MiB" for s in STRATEGIES],
+            rows,
+            [
+                "ms: rank 0's median step time, the strategies' blocks interleaved round by round",
+                "MiB: peak rise of a rank's resident set during one step (the largest rank), in further processes",
+            ],
+        )
+    )
+    big = sizes[-1]
+    return [
+        Check(
+            f"CLIPLoss N={big} W={COMPARE_W}: sharded peak / replicated peak",
+            ratio(peaks[(big, "sharded")], peaks[(big, "replicated")]),
+            "<=",
+            1.0,
+        ),
+        Check(
+            f"CLIPLoss N={big} W={COMPARE_W}: ring peak / sharded peak",
+            ratio(peaks[(big, "ring")], peaks[(big, "sharded")]),
+            "<=",
+            1.0,
+        ),
+    ]
+
+
 def main(args: Any) -> list[Check]:
     quick = getattr(args, "quick", False)
+    budget = Budget(repeats=5, block_s=0.2, warmup=2) if not quick else Budget(repeats=3, block_s=0.05, warmup=1)
+    checks = _compare(budget)
     n, d = (2048, 128) if quick else (N_BIG, D_BIG)
     repeats = 1 if quick else 3
     logits_mib = n * n * 4 / 2**20
@@ -158,7 +245,7 @@ def main(args: Any) -> list[Check]:
             else:
                 os.environ[k] = v
     rep = sim["replicated"]
-    rows, checks = [], []
+    rows = []
     for w in WORLDS:
         shard = sim[w]
         bound = 1.1 * (max(rep["peak_mib"] - fixed, 0.0) / w + fixed)
@@ -206,27 +293,6 @@ def main(args: Any) -> list[Check]:
                 "peak = max RSS of a fresh process above its RSS after building the inputs (malloc's mmap threshold "
                 "fixed at 64 KiB, so freed tensors leave the resident set)",
             ],
-        )
-    )
-
-    budget = Budget(repeats=5, block_s=0.2, warmup=2) if not quick else Budget(repeats=3, block_s=0.05, warmup=1)
-    sizes = (256, 1024, 4096) if not quick else (256, 1024)
-    real = run_spawned(_real_worker, 2, sizes, 128, budget)
-    rows = [
-        [
-            s,
-            ms(real[(s, "replicated")]),
-            ms(real[(s, "sharded")]),
-            fx(ratio(real[(s, "replicated")], real[(s, "sharded")])),
-        ]
-        for s in sizes
-    ]
-    print(
-        table(
-            "CLIPLoss forward + backward per step, W=2 on gloo (D=128, float32)",
-            ["global batch", "replicated ms", "sharded ms", "replicated/sharded"],
-            rows,
-            ["sharded adds one scalar all-reduce and a reduce-scatter in backward; it wins once compute dominates"],
         )
     )
 

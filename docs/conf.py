@@ -7,6 +7,7 @@ from pathlib import Path
 
 # Import the package from this checkout, whether or not it is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))  # the local extensions (mathml)
 
 import torchmetrics_diff
 
@@ -20,7 +21,11 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "mathml",
 ]
+
+# Formulas become MathML at build time (docs/_ext/mathml.py): they render offline, with no MathJax from a CDN.
+html_math_renderer = "mathml"
 
 # No network at build time: no intersphinx. References to torch therefore stay plain text, which is
 # why nitpicky mode is off (it would flag every ``torch.Tensor`` in a signature).
@@ -36,7 +41,7 @@ autodoc_member_order = "bysource"
 autodoc_default_options = {"show-inheritance": True}
 
 templates_path: list[str] = []
-exclude_patterns = ["_build", "examples"]
+exclude_patterns = ["_build", "examples", "_ext"]
 source_suffix = {".rst": "restructuredtext"}
 root_doc = "index"
 

@@ -66,13 +66,17 @@ def plot_values(
     higher_is_better: bool | None = None,
     lower_bound: float | None = None,
     upper_bound: float | None = None,
+    matrix_labels: tuple[str, str] | None = None,
 ) -> tuple[Any, Any]:
     """Draw ``val`` (one value or a sequence of values) and return ``(figure, axes)``.
 
     A single value draws one marker per series (its number written beside it); a sequence draws a line per
-    series over the step index; a single 2-D tensor is drawn as an image with its entries written in.
+    series over the step index (integer ticks); a single 2-D tensor is drawn as an image with its entries written
+    in, its axes labelled ``matrix_labels = (columns, rows)`` when given.
     """
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     if ax is None:
         fig, ax = plt.subplots()
     else:
@@ -85,6 +89,7 @@ def plot_values(
         for label, ys in series.items():
             ax.plot(range(len(ys)), ys, marker="o", label=label)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no 0.5 ticks
     else:
         values = _as_dict(val, name)
         matrices = {k: t for k, t in values.items() if t.ndim == 2}
@@ -96,6 +101,9 @@ def plot_values(
             fig.colorbar(image, ax=ax)
             ax.set_xticks(range(t.shape[1]))
             ax.set_yticks(range(t.shape[0]))
+            if matrix_labels is not None:
+                ax.set_xlabel(matrix_labels[0])
+                ax.set_ylabel(matrix_labels[1])
             middle = (float(t.min()) + float(t.max())) / 2
             for (i, j), x in zip(((i, j) for i in range(t.shape[0]) for j in range(t.shape[1])), t.flatten().tolist()):
                 color = "black" if x > middle else "white"  # viridis is bright at the top

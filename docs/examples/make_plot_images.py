@@ -20,25 +20,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from torchmetrics_diff import MaxMetric, MeanMetric, Metric, MetricCollection, SumMetric  # noqa: E402
+from torchmetrics_diff import ConfusionMatrix, MaxMetric, MeanMetric, MetricCollection, SumMetric  # noqa: E402
 
 STATIC = ROOT / "docs" / "_static"
 SIZE, DPI = (7.5, 5.0), 80  # 600 x 400 pixels
-
-
-class Confusion(Metric):
-    """Counts of (target, prediction) pairs: a 2-D value, drawn as an image."""
-
-    def __init__(self, num_classes: int, **kwargs: object) -> None:
-        super().__init__(**kwargs)
-        self.num_classes = num_classes
-        self.add_state("counts", torch.zeros(num_classes, num_classes), dist_reduce_fx="sum")
-
-    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        self.counts = self.counts.index_put((target, preds), torch.ones(len(target)), accumulate=True)
-
-    def compute(self) -> torch.Tensor:
-        return self.counts
 
 
 def _save(fig: matplotlib.figure.Figure, name: str) -> None:
@@ -71,8 +56,8 @@ def main() -> None:
     fig, _ = stats.plot(together=True)
     _save(fig, "plot_single.png")
 
-    # 4. a single 2-D value: an image with its entries written in
-    confusion = Confusion(num_classes=3)
+    # 4. a single 2-D value: an image with its entries written in (a confusion matrix labels its axes)
+    confusion = ConfusionMatrix(task="multiclass", num_classes=3)
     for _ in range(5):
         target = torch.randint(0, 3, (20,), generator=g)
         wrong = torch.rand(20, generator=g) < 0.3

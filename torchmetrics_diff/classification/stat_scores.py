@@ -268,3 +268,30 @@ class ConfusionMatrix(_TaskCounts):
     def compute(self) -> torch.Tensor:
         """The (normalized) confusion matrix of every batch seen."""
         return normalize_confusion(self.confmat, self.normalize)
+
+    def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
+        """Draw the matrix as an image, its x axis labelled "predicted" and its y axis "target".
+
+        Args:
+            val: a ``(C, C)`` or ``(2, 2)`` matrix as :meth:`compute` returns it; ``None`` plots :meth:`compute`.
+                A multilabel ``(L, 2, 2)`` value is drawn one label at a time: ``plot(val[i])``.
+            ax: a matplotlib ``Axes`` to draw into; ``None`` makes a new figure.
+
+        Returns:
+            ``(figure, axes)``.
+
+        Raises:
+            ModuleNotFoundError: matplotlib is not installed.
+            ValueError: ``val`` is not a single 2-D matrix or a value :meth:`Metric.plot` draws otherwise.
+        """
+        from torchmetrics_diff._plot import plot_values
+
+        return plot_values(
+            self.compute() if val is None else val,
+            ax=ax,
+            name=self.plot_legend_name or type(self).__name__,
+            higher_is_better=self.higher_is_better,
+            lower_bound=self.plot_lower_bound,
+            upper_bound=self.plot_upper_bound,
+            matrix_labels=("predicted", "target"),
+        )

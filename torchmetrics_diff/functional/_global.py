@@ -207,7 +207,7 @@ def global_clip_loss(
         strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/ring`).
         group: the process group.
         grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
-        tile: with ``"ring"``, candidate columns per logit tile (default 64).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
 
     Example:
         >>> import torch
@@ -265,7 +265,7 @@ def global_supcon_loss(
         strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/ring`).
         group: the process group.
         grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
-        tile: with ``"ring"``, candidate columns per logit tile (default 64).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
 
     Example:
         >>> import torch

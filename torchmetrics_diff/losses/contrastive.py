@@ -23,7 +23,7 @@ class CLIPLoss(GlobalBatchLoss):
     r"""Symmetric image–text contrastive loss of CLIP (Radford et al., 2021) over the global batch.
 
     .. math::
-        \ell = \frac{1}{2N}\sum_{i=1}^{N}\big[\mathrm{CE}(s\,I T^\top, i)_i + \mathrm{CE}(s\,T I^\top, i)_i\big]
+        \ell = \frac{1}{2N}\sum_{i=1}^{N}\bigl[\mathrm{CE}(s\,I T^\top, i)_i + \mathrm{CE}(s\,T I^\top, i)_i\bigr]
 
     over the ``N`` rows of every rank, with ``s`` the ``logit_scale`` given per call.
 
@@ -175,7 +175,7 @@ class SigLIPLoss(GlobalBatchLoss):
     r"""Pairwise sigmoid loss of SigLIP (Zhai et al., 2023) over the global batch.
 
     .. math::
-        \ell = -\frac{1}{N}\sum_{i,j}\log\sigma\big(z_{ij}(t\,x_i\cdot y_j + b)\big),\quad z_{ij}=\pm1
+        \ell = -\frac{1}{N}\sum_{i,j}\log\sigma\bigl(z_{ij}(t\,x_i\cdot y_j + b)\bigr),\quad z_{ij}=\pm1
 
     with ``t = logit_scale`` and ``b = logit_bias`` given per call, over the ``N`` rows of every rank.
 

@@ -215,6 +215,21 @@ def test_ring_bad_input_on_one_rank_raises_on_every_rank(what: str) -> None:
             assert kind == "RuntimeError" and needle in message, out
 
 
+def _labels_on_one_rank_body(rank: int, world_size: int) -> tuple[str, str]:
+    features = torch.randn(3, 4, dtype=F64)
+    try:
+        global_supcon_loss(features, torch.tensor([0, 1, 0]) if rank == 0 else None, strategy="ring", tile=2)
+    except Exception as err:  # every rank must get here
+        return type(err).__name__, str(err)
+    return "ok", ""
+
+
+def test_ring_supcon_labels_on_some_ranks_only_raises_on_every_rank() -> None:
+    out = run_distributed(_labels_on_one_rank_body, 2, timeout=60.0)
+    for kind, message in out:
+        assert kind == "RuntimeError" and "whether labels are given (rank 0: 1, rank 1: 0)" in message, out
+
+
 # ----------------------------------------------------------------------------------- single process
 def test_ring_tile_argument_is_checked() -> None:
     for bad in (0, -3, 2.5, True, "8"):
