@@ -16,9 +16,10 @@ One sync (:ref:`architecture-sync-engine`):
 4. Large ``sum``/``mean`` buckets, where moving ``W`` copies would cost more than reducing, take one
    ``all_reduce`` each (:func:`~torchmetrics_diff.distributed._sync.plan.reduce_by_all_reduce`).
 
-So a sync costs one collective in the steady state, cat states included, two on the first sync. Rounds are in
-:mod:`.rounds`, the plan in :mod:`.plan`, the checks in :mod:`.agreement`, the byte rows in :mod:`.rows`, and the
-steady state's fast path in :mod:`.steady`; what a reduction means is :mod:`torchmetrics_diff.distributed._reductions`.
+So a sync of small CPU states costs one collective in the steady state, cat states included, three on the
+first sync. Rounds are in :mod:`.rounds`, the plan in :mod:`.plan`, the checks in :mod:`.agreement`, the byte rows
+in :mod:`.rows`, and the steady state's fast path in :mod:`.steady`; what a reduction means is
+:mod:`torchmetrics_diff.distributed._reductions`.
 
 Gradients: with ``grad="local"`` each rank's own rows stay in its autograd graph (times ``grad_scale``), and
 every other rank's rows are constants; the backward needs no communication.

@@ -162,7 +162,7 @@ class SyncPlan:
     """What all ranks agreed on at the previous sync; lets the next one fit in one collective.
 
     Built only from data identical on every rank, so every rank holds the same plan. Keep one per object and
-    kind of sync (a metric's step syncs and its epoch syncs each have one); a fresh plan costs one collective more.
+    kind of sync (a metric's step syncs and its epoch syncs each have one); a fresh plan costs two collectives more.
     """
 
     signature_hash: int = 0  # 0: nothing agreed yet
