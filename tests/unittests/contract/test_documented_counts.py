@@ -477,7 +477,7 @@ CLAIMS: list[Claim] = [
     Claim("docs/guide/sync_engine.rst", "since the one collective is a gather", {"16 sum states sync 3": 1}),
     Claim(
         "docs/guide/sync_engine.rst",
-        "(0.74× before: two collectives now)",
+        "all-gather of their bytes (two collectives)",
         {"16 cat states of 137 x 8 floats sync 3": 2},
     ),
     Claim(
@@ -652,7 +652,8 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "docs/guide/strategies.rst",
-        "replicated issues two collectives per step, sharded four (one more in forward, one in backward; CLIP five",
+        "Replicated issues two collectives per step, sharded four (one more in forward, the reduce-scatter in "
+        "backward; CLIP five",
         {
             **_steps("InfoNCELoss replicated", 2),
             **_steps("SigLIPLoss replicated", 2),
