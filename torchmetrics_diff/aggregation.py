@@ -210,7 +210,8 @@ class SumMetric(BaseAggregator):
     :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
 
     Args:
-        nan_strategy: what to do with NaN values (default ``"warn"``; :data:`NanStrategy`, see
+        nan_strategy: what to do with NaN values, a
+            :data:`~torchmetrics_diff.aggregation.NanStrategy` (default ``"warn"``; see
             :class:`~torchmetrics_diff.aggregation.BaseAggregator`).
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
@@ -287,7 +288,8 @@ class MaxMetric(_Extremum):
     :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
 
     Args:
-        nan_strategy: what to do with NaN values (default ``"warn"``; :data:`NanStrategy`, see
+        nan_strategy: what to do with NaN values, a
+            :data:`~torchmetrics_diff.aggregation.NanStrategy` (default ``"warn"``; see
             :class:`~torchmetrics_diff.aggregation.BaseAggregator`).
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
@@ -313,7 +315,8 @@ class MinMetric(_Extremum):
     :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
 
     Args:
-        nan_strategy: what to do with NaN values (default ``"warn"``; :data:`NanStrategy`, see
+        nan_strategy: what to do with NaN values, a
+            :data:`~torchmetrics_diff.aggregation.NanStrategy` (default ``"warn"``; see
             :class:`~torchmetrics_diff.aggregation.BaseAggregator`).
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
@@ -343,7 +346,8 @@ class CatMetric(BaseAggregator):
     update is an empty 1-D tensor of the metric's dtype.
 
     Args:
-        nan_strategy: what to do with NaN values (default ``"warn"``; :data:`NanStrategy`, see
+        nan_strategy: what to do with NaN values, a
+            :data:`~torchmetrics_diff.aggregation.NanStrategy` (default ``"warn"``; see
             :class:`~torchmetrics_diff.aggregation.BaseAggregator`).
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
@@ -427,7 +431,8 @@ class MeanMetric(BaseAggregator):
     (float32 unless :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
 
     Args:
-        nan_strategy: what to do with NaN values (default ``"warn"``; :data:`NanStrategy`, see
+        nan_strategy: what to do with NaN values, a
+            :data:`~torchmetrics_diff.aggregation.NanStrategy` (default ``"warn"``; see
             :class:`~torchmetrics_diff.aggregation.BaseAggregator`).
             Dropped values drop their weights too.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
