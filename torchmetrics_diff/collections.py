@@ -33,8 +33,8 @@ class MetricCollection(nn.ModuleDict):
             in a dict, under ``f"{key}_{name}"``).
         additional_metrics: more metrics when ``metrics`` is a metric or a sequence; anything else among them is
             ignored with a warning.
-        prefix: put before every key of the results.
-        postfix: put after every key of the results.
+        prefix: put before every key of the results. Default ``None``.
+        postfix: put after every key of the results. Default ``None``.
         compute_groups: lists of member names whose states are identical by construction (same states, same
             ``update``); only the first of each group updates, the others read its states. A group may have one
             member. ``True``, ``False`` or ``None``: no groups (they are never inferred from values).

@@ -24,9 +24,9 @@ class AUROC(Metric):
     without a negative target the value is 0, with a warning (torchmetrics' result).
 
     Args:
-        task: ``"binary"`` (the only one implemented).
-        ignore_index: target value whose entries are left out.
-        validate_args: check that targets lie in ``{0, 1}``.
+        task: ``"binary"`` (the only one implemented). Default ``"binary"``.
+        ignore_index: target value whose entries are left out. Default ``None``.
+        validate_args: check that targets lie in ``{0, 1}``. Default ``True``.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Raises:

@@ -115,8 +115,8 @@ def barlow_twins_from_stats(
 
     Args:
         stats: :class:`BarlowTwinsStats` or a tuple of its six fields in order.
-        lambda_offdiag: weight of the off-diagonal (redundancy reduction) term.
-        eps: added to each variance, as BatchNorm's ``eps``.
+        lambda_offdiag: weight of the off-diagonal (redundancy reduction) term. Default ``5e-3``.
+        eps: added to each variance, as BatchNorm's ``eps``. Default ``1e-5``.
 
     Returns:
         The loss, a 0-d tensor.
@@ -165,8 +165,8 @@ def barlow_twins_loss(za: Tensor, zb: Tensor, lambda_offdiag: float = 5e-3, eps:
     Args:
         za: embeddings of the first view (N, D).
         zb: embeddings of the second view (N, D).
-        lambda_offdiag: weight of the off-diagonal term.
-        eps: added to each variance, as BatchNorm's ``eps``.
+        lambda_offdiag: weight of the off-diagonal term. Default ``5e-3``.
+        eps: added to each variance, as BatchNorm's ``eps``. Default ``1e-5``.
 
     Returns:
         The loss, a 0-d tensor.

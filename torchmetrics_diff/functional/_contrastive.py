@@ -197,7 +197,7 @@ def info_nce_loss(z1: Tensor, z2: Tensor, temperature: Scalar = 0.1) -> Tensor:
     Args:
         z1: first view (N, D).
         z2: second view (N, D).
-        temperature: the divisor of the cosine similarities, a positive number or 0-d tensor.
+        temperature: the divisor of the cosine similarities, a positive number or 0-d tensor. Default ``0.1``.
 
     Returns:
         The loss, a 0-d tensor (``0`` for an empty batch).
@@ -313,8 +313,8 @@ def supcon_loss(features: Tensor, labels: Tensor | None = None, temperature: Sca
 
     Args:
         features: (N, D), or (N, V, D) for V views per sample.
-        labels: integer labels (N,); ``None`` makes each sample its own class.
-        temperature: the divisor of the cosine similarities, a positive number or 0-d tensor.
+        labels: integer labels (N,); ``None`` makes each sample its own class. Default ``None``.
+        temperature: the divisor of the cosine similarities, a positive number or 0-d tensor. Default ``0.1``.
 
     Returns:
         The loss, a 0-d tensor.

@@ -77,10 +77,10 @@ def clip_sum(
         img: this rank's image embeddings (n, D), global rows ``[row_start, row_start + n)``.
         txt_all: every rank's text embeddings (N, D), in rank order (this rank's own rows included).
         scale: the logit scale, a number or a 0-d tensor (differentiable).
-        row_start: global index of this rank's first row.
+        row_start: global index of this rank's first row. Default ``0``.
         sharded: ``False``: ``img`` holds every row (``row_start = 0``, ``n = N``), no communication, the result
             is the full-batch sum with its exact gradient. ``True``: the other rows are on the other ranks of
-            ``group``, which call this function alike.
+            ``group``, which call this function alike. Default ``False``.
         group: the process group with ``sharded=True`` (``None``: the default group).
 
     Returns:
@@ -476,11 +476,12 @@ def global_weighted_mean(
         values: per-element losses, any shape.
         weight: weights broadcastable to ``values`` (``None``: 1).
         mask: bool mask broadcastable to ``values``; masked elements are excluded (NaN there is harmless).
+            Default ``None``.
         total: the global denominator when it is known in advance (gradient accumulation: the weight of
             every micro-batch of the optimizer step on every rank); the value is then this call's global
-            weighted sum over ``total``, and the values of the step's calls add up to the step's loss.
-        group: the process group.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
+            weighted sum over ``total``, and the values of the step's calls add up to the step's loss. Default ``None``.
+        group: the process group. Default ``None``.
+        grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.
 
     Example:
         >>> import torch
@@ -507,11 +508,12 @@ def global_token_cross_entropy(
     Args:
         logits: (..., C), the class dimension last.
         target: (...) class indices; ``ignore_index`` marks padding.
-        ignore_index: target value to skip.
-        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`.
+        ignore_index: target value to skip. Default ``-100``.
+        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`. Default ``0.0``.
         total: the global number of valid tokens of the whole optimizer step, when accumulating gradients.
-        group: the process group.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
+            Default ``None``.
+        group: the process group. Default ``None``.
+        grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.
 
     Example:
         >>> import torch

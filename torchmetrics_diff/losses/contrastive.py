@@ -81,7 +81,7 @@ class InfoNCELoss(GlobalBatchLoss):
         \ell = \frac{1}{2N}\sum_{a}-\log\frac{\exp(\cos(z_a, z_{p(a)})/\tau)}{\sum_{k\ne a}\exp(\cos(z_a, z_k)/\tau)}
 
     Args:
-        temperature: ``τ``, a finite positive number.
+        temperature: ``τ``, a finite positive number. Default ``0.1``.
         strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
         tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
@@ -129,7 +129,7 @@ class SupConLoss(GlobalBatchLoss):
     is over the global number of anchors with at least one positive.
 
     Args:
-        temperature: ``τ``, a finite positive number.
+        temperature: ``τ``, a finite positive number. Default ``0.1``.
         strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
         tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
@@ -244,8 +244,8 @@ class BarlowTwinsLoss(GlobalBatchLoss):
         \ell = \sum_i (1 - C_{ii})^2 + \lambda \sum_{i \ne j} C_{ij}^2
 
     Args:
-        lambda_offdiag: ``λ``.
-        eps: added to the variances.
+        lambda_offdiag: ``λ``. Default ``5e-3``.
+        eps: added to the variances. Default ``1e-5``.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:

@@ -143,7 +143,8 @@ class GlobalMeanLoss(Metric):
         Args:
             values: per-element losses of this rank (any shape), e.g. ``F.cross_entropy(..., reduction="none")``.
             weight: per-element weights broadcastable to ``values``, same device and dtype as ``values``.
-            mask: a bool tensor broadcastable to ``values``: ``False`` leaves an element out.
+                Default ``None``.
+            mask: a bool tensor broadcastable to ``values``: ``False`` leaves an element out. Default ``None``.
 
         Returns:
             ``Σ w·v / Σ w`` over every rank's elements, identical on every rank.
@@ -213,8 +214,8 @@ class TokenCrossEntropyLoss(GlobalMeanLoss):
     micro-batches: the denominator is then the valid tokens of every micro-batch on every rank.
 
     Args:
-        ignore_index: target value of padding tokens.
-        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`.
+        ignore_index: target value of padding tokens. Default ``-100``.
+        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`. Default ``0.0``.
         kwargs: :class:`GlobalMeanLoss` keyword arguments.
 
     Example:

@@ -23,7 +23,7 @@ class Perplexity(Metric):
     rounding, without underflow to ``-inf`` for very unlikely tokens).
 
     Args:
-        ignore_index: target id whose tokens are left out (e.g. padding).
+        ignore_index: target id whose tokens are left out (e.g. padding). Default ``None``.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Raises:
