@@ -44,7 +44,16 @@ class _SumStatsMetric(Metric):
     _sum_states: ClassVar[tuple[str, ...]]
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch's sums."""
+        """Add a batch's sums.
+
+        Args:
+            preds: predictions, real floating or integer: ``(N,)`` or ``(N, num_outputs)`` (the error metrics
+                with one output take any shape: every element is an observation).
+            target: targets of the shape of ``preds``.
+
+        Raises:
+            ValueError: shapes that differ or do not fit ``num_outputs``, or complex or boolean tensors.
+        """
         for name, value in zip(self._sum_states, self._stats(preds, target, self.num_outputs)):
             setattr(self, name, getattr(self, name) + value)
 
@@ -259,7 +268,15 @@ class CosineSimilarity(Metric):
             self.add_state("sims", [], dist_reduce_fx="cat")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch of row pairs."""
+        """Add a batch of row pairs.
+
+        Args:
+            preds: predictions ``(N, D)``, real floating or integer.
+            target: targets ``(N, D)``.
+
+        Raises:
+            ValueError: tensors that are not of one ``(N, D)`` shape, or complex or boolean tensors.
+        """
         sims = cosine_similarity_rows(preds, target)
         if self.reduction in ("sum", "mean"):
             self.sim_sum = self.sim_sum + sims.sum()
