@@ -30,8 +30,14 @@ class CLIPLoss(GlobalBatchLoss):
     Args:
         strategy: ``"sharded"`` (default: each rank scores its own rows against all), ``"replicated"`` or
             ``"ring"`` (the candidate blocks travel around the ranks; :doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
+            plain local loss.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
+
+    Raises:
+        ValueError: an unknown ``strategy``, a bad ``tile``, or a bad :class:`~torchmetrics_diff.Metric` keyword
+            argument.
 
     Example:
         >>> import torch
@@ -55,7 +61,7 @@ class CLIPLoss(GlobalBatchLoss):
                 or a shape-(1,) tensor (FSDP2 refuses 0-d parameters); its gradient has its shape.
 
         Returns:
-            The loss of every rank's rows, identical on every rank.
+            The loss of every rank's rows, identical on every rank: 0-d, float64 for float64 inputs, else float32.
         """
         return self._step(image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale)
 
@@ -83,8 +89,13 @@ class InfoNCELoss(GlobalBatchLoss):
     Args:
         temperature: ``τ``, a finite positive number. Default ``0.1``.
         strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
-        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
+            ``process_group``, ``grad_reduction``...).
+
+    Raises:
+        ValueError: a ``temperature`` that is not a finite positive number, an unknown ``strategy``, a bad ``tile``, or
+            a bad :class:`~torchmetrics_diff.Metric` keyword argument.
 
     Example:
         >>> import torch
@@ -108,7 +119,7 @@ class InfoNCELoss(GlobalBatchLoss):
             z2: the second views (B, D), same dtype and device; row i is the other view of ``z1[i]``.
 
         Returns:
-            The loss of every rank's 2N anchors, identical on every rank.
+            The loss of every rank's 2N anchors, identical on every rank: 0-d, float64 for float64 inputs, else float32.
         """
         return self._step(z1=z1, z2=z2)
 
@@ -131,8 +142,13 @@ class SupConLoss(GlobalBatchLoss):
     Args:
         temperature: ``τ``, a finite positive number. Default ``0.1``.
         strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
-        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
+            ``process_group``, ``grad_reduction``...).
+
+    Raises:
+        ValueError: a ``temperature`` that is not a finite positive number, an unknown ``strategy``, a bad ``tile``, or
+            a bad :class:`~torchmetrics_diff.Metric` keyword argument.
 
     Example:
         >>> import torch
@@ -157,7 +173,8 @@ class SupConLoss(GlobalBatchLoss):
                 (SimCLR with the views as positives).
 
         Returns:
-            The loss over every rank's anchors that have a positive, identical on every rank.
+            The loss over every rank's anchors that have a positive, identical on every rank:
+            0-d, float64 for float64 inputs, else float32.
         """
         return self._step(features=features, labels=labels)
 
@@ -181,8 +198,14 @@ class SigLIPLoss(GlobalBatchLoss):
 
     Args:
         strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
+            plain local loss.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
+
+    Raises:
+        ValueError: an unknown ``strategy``, a bad ``tile``, or a bad :class:`~torchmetrics_diff.Metric` keyword
+            argument.
 
     Example:
         >>> import torch
@@ -205,7 +228,7 @@ class SigLIPLoss(GlobalBatchLoss):
             logit_bias: ``b``, a number, a 0-d or a shape-(1,) tensor.
 
         Returns:
-            The loss of every rank's rows, identical on every rank.
+            The loss of every rank's rows, identical on every rank: 0-d, float64 for float64 inputs, else float32.
         """
         return self._step(
             image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale, logit_bias=logit_bias
@@ -248,6 +271,10 @@ class BarlowTwinsLoss(GlobalBatchLoss):
         eps: added to the variances. Default ``1e-5``.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
 
+    Raises:
+        ValueError: a ``lambda_offdiag`` or ``eps`` that is not a finite number ``>= 0``, or a bad
+            :class:`~torchmetrics_diff.Metric` keyword argument.
+
     Example:
         >>> import torch
         >>> from torchmetrics_diff.losses import BarlowTwinsLoss
@@ -273,7 +300,8 @@ class BarlowTwinsLoss(GlobalBatchLoss):
             zb: the second views (B, D), same dtype and device.
 
         Returns:
-            The loss of the global cross-correlation, identical on every rank.
+            The loss of the global cross-correlation, identical on every rank:
+            0-d, float64 for float64 inputs, else float32.
         """
         return self._step(za=za, zb=zb)
 

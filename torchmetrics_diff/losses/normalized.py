@@ -147,7 +147,8 @@ class GlobalMeanLoss(Metric):
             mask: a bool tensor broadcastable to ``values``: ``False`` leaves an element out. Default ``None``.
 
         Returns:
-            ``Σ w·v / Σ w`` over every rank's elements, identical on every rank.
+            ``Σ w·v / Σ w`` over every rank's elements, identical on every rank:
+            0-d, float64 for float64 inputs, else float32.
         """
         return self._step(values=values, weight=weight, mask=mask)
 
@@ -242,7 +243,8 @@ class TokenCrossEntropyLoss(GlobalMeanLoss):
             target: (...) integer classes on the same device; ``ignore_index`` marks padding.
 
         Returns:
-            The mean cross-entropy over every rank's valid tokens, identical on every rank.
+            The mean cross-entropy over every rank's valid tokens, identical on every rank:
+            0-d, float64 for float64 inputs, else float32.
         """
         return self._step(logits=logits, target=target)
 
