@@ -483,6 +483,15 @@ def global_weighted_mean(
         group: the process group. Default ``None``.
         grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.
 
+    Returns:
+        The 0-d value, identical on every rank, differentiable with respect to the local inputs: float64 for
+        float64 inputs, else float32; 0 when the denominator is 0. Without an initialised process group, or
+        with one rank, the local value and no collective.
+
+    Raises:
+        ValueError: ``weight`` or ``mask`` not broadcastable to ``values``, or an unknown ``grad_reduction``; under a
+            process group, on every rank.
+
     Example:
         >>> import torch
         >>> global_weighted_mean(torch.tensor([1.0, 2.0, 9.0]), mask=torch.tensor([True, True, False]))
@@ -514,6 +523,15 @@ def global_token_cross_entropy(
             Default ``None``.
         group: the process group. Default ``None``.
         grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.
+
+    Returns:
+        The 0-d value, identical on every rank, differentiable with respect to the local inputs: float64 for
+        float64 inputs, else float32; 0 when the denominator is 0. Without an initialised process group, or
+        with one rank, the local value and no collective.
+
+    Raises:
+        ValueError: ``logits`` and ``target`` of mismatched shapes or dtypes, a bad ``label_smoothing``, or an unknown
+            ``grad_reduction``; under a process group, on every rank.
 
     Example:
         >>> import torch
