@@ -141,6 +141,7 @@ class Metric(nn.Module):
             the local gradient is scaled by the group size; the default) or ``"sum"`` (raw local gradient).
         distributed_available_fn: a callable returning whether to sync at all (checked before every sync, on
             step and on compute); ``None`` (default): sync whenever the process group has more than one rank.
+        kwargs: none is accepted: an unknown keyword argument raises (subclasses pass on what they do not take).
 
     Raises:
         ValueError: unknown keyword argument or a bad value for one of the above.
