@@ -103,7 +103,7 @@ class GlobalBatchLoss(Metric):
         >>> from torchmetrics_diff.losses import GlobalBatchLoss
         >>> class MeanSquaredNorm(GlobalBatchLoss):
         ...     def _loss(self, x, *, sync):
-        ...         return (x**2).sum(dim=1).mean()  # a local loss: ignores ``sync``
+        ...         return (x**2).sum(dim=1).mean()  # a local loss: ignores sync
         >>> loss = MeanSquaredNorm(dist_sync_on_step=False)
         >>> loss(torch.tensor([[1.0, 2.0], [0.0, 1.0]]))
         tensor(3.)
