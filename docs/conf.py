@@ -38,6 +38,7 @@ napoleon_numpy_docstring = False
 napoleon_use_rtype = False
 
 autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented_params"  # a type beside every documented argument
 autodoc_member_order = "bysource"
 autodoc_default_options = {"show-inheritance": True}
 # Aliases in signatures, shown as the documented name they stand for.

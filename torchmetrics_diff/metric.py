@@ -429,7 +429,12 @@ class Metric(nn.Module):
 
     # --------------------------------------------------------------- lifecycle
     def update(self, *args: Any, **kwargs: Any) -> None:
-        """Fold a batch into the states. Implemented by subclasses."""
+        """Fold a batch into the states. Implemented by subclasses.
+
+        Args:
+            args: the batch, as the subclass's ``update`` takes it.
+            kwargs: the batch's keyword arguments, as the subclass's ``update`` takes them.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement `update`")
 
     def compute(self) -> Any:
@@ -538,6 +543,10 @@ class Metric(nn.Module):
 
         With ``dist_sync_on_step=True`` the value is identical on every rank and, after ``backward`` and the
         trainer's gradient averaging, every parameter gradient equals the single-device one.
+
+        Args:
+            args: the batch, as the subclass's ``update`` takes it.
+            kwargs: the batch's keyword arguments, as the subclass's ``update`` takes them.
         """
         if compiling() and self._syncs_on_step_eagerly():
             return _eager_forward(self, *args, **kwargs)
@@ -772,6 +781,9 @@ class Metric(nn.Module):
     def unsync(self, should_unsync: bool = True) -> None:
         """Restore the local states saved by :meth:`sync`.
 
+        Args:
+            should_unsync: ``False`` makes the call a no-op. Default ``True``.
+
         Raises:
             TorchMetricsUserError: the metric is not synced (a ``RuntimeError``).
         """
@@ -792,6 +804,13 @@ class Metric(nn.Module):
         distributed_available: Callable[[], bool] | None = None,
     ) -> Iterator[None]:
         """Within the block the states are synced; afterwards the local ones are back (when ``should_unsync``).
+
+        Args:
+            dist_sync_fn: a custom gather for this sync, as the constructor's. Default ``None``: the metric's.
+            process_group: the group to sync over. Default ``None``: the metric's.
+            should_sync: ``False`` leaves the states local. Default ``True``.
+            should_unsync: restore the local states when the block ends. Default ``True``.
+            distributed_available: a callable returning whether to sync at all. Default ``None``: the metric's.
 
         Example:
             >>> import torch
@@ -817,7 +836,11 @@ class Metric(nn.Module):
         return deepcopy(self)
 
     def persistent(self, mode: bool = False) -> None:
-        """Set whether every state is saved in ``state_dict``."""
+        """Set whether every state is saved in ``state_dict``.
+
+        Args:
+            mode: ``True`` saves the states in ``state_dict``. Default ``False``.
+        """
         for name in self._persistent:
             self._persistent[name] = mode
 

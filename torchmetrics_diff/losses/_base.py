@@ -191,7 +191,12 @@ class GlobalBatchLoss(Metric):
         return self._step(**self._bind(args, kwargs))
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        """Record the loss of a batch without gradient (e.g. in validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (e.g. in validation); arguments as in :meth:`forward`.
+
+        Args:
+            args: as for :meth:`forward`.
+            kwargs: as for :meth:`forward`.
+        """
         self._update_from(**self._bind(args, kwargs))
 
     def _bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:

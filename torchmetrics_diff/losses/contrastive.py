@@ -66,7 +66,13 @@ class CLIPLoss(GlobalBatchLoss):
         return self._step(image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale)
 
     def update(self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            image_embeds: this rank's image embeddings ``(B, D)``.
+            text_embeds: this rank's text embeddings ``(B, D)``.
+            logit_scale: the multiplier of the similarities (a number, a 0-d or a shape-(1,) tensor).
+        """
         self._update_from(image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale)
 
     def _loss(  # type: ignore[override]
@@ -124,7 +130,12 @@ class InfoNCELoss(GlobalBatchLoss):
         return self._step(z1=z1, z2=z2)
 
     def update(self, z1: Tensor, z2: Tensor) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            z1: this rank's first-view embeddings ``(B, D)``.
+            z2: the second views ``(B, D)``.
+        """
         self._update_from(z1=z1, z2=z2)
 
     def _loss(self, z1: Tensor, z2: Tensor, *, sync: bool) -> Tensor:  # type: ignore[override]
@@ -179,7 +190,12 @@ class SupConLoss(GlobalBatchLoss):
         return self._step(features=features, labels=labels)
 
     def update(self, features: Tensor, labels: Tensor | None = None) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            features: this rank's embeddings ``(B, D)`` or views ``(B, V, D)``.
+            labels: integer class labels ``(B,)``. Default ``None``: each sample its own class.
+        """
         self._update_from(features=features, labels=labels)
 
     def _loss(self, features: Tensor, labels: Tensor | None = None, *, sync: bool) -> Tensor:  # type: ignore[override]
@@ -237,7 +253,14 @@ class SigLIPLoss(GlobalBatchLoss):
     def update(
         self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float, logit_bias: Tensor | float
     ) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            image_embeds: this rank's image embeddings ``(B, D)``.
+            text_embeds: this rank's text embeddings ``(B, D)``.
+            logit_scale: ``t`` (a number, a 0-d or a shape-(1,) tensor).
+            logit_bias: ``b`` (a number, a 0-d or a shape-(1,) tensor).
+        """
         self._update_from(
             image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale, logit_bias=logit_bias
         )
@@ -306,7 +329,12 @@ class BarlowTwinsLoss(GlobalBatchLoss):
         return self._step(za=za, zb=zb)
 
     def update(self, za: Tensor, zb: Tensor) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            za: this rank's embeddings of the first views ``(B, D)``.
+            zb: the second views ``(B, D)``.
+        """
         self._update_from(za=za, zb=zb)
 
     def _loss(self, za: Tensor, zb: Tensor, *, sync: bool) -> Tensor:  # type: ignore[override]

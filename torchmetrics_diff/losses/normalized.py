@@ -153,7 +153,13 @@ class GlobalMeanLoss(Metric):
         return self._step(values=values, weight=weight, mask=mask)
 
     def update(self, values: Tensor, weight: Tensor | None = None, mask: Tensor | None = None) -> None:
-        """Accumulate the weighted sum and weight of a batch (no gradient); arguments as in :meth:`forward`."""
+        """Accumulate the weighted sum and weight of a batch (no gradient); arguments as in :meth:`forward`.
+
+        Args:
+            values: per-element losses of this rank (any shape).
+            weight: per-element weights broadcastable to ``values``. Default ``None``: 1.
+            mask: a bool tensor broadcastable to ``values``. Default ``None``: every element.
+        """
         self._update_from(values=values, weight=weight, mask=mask)
 
     def _check_inputs(self, inputs: dict[str, Any]) -> None:
@@ -249,7 +255,12 @@ class TokenCrossEntropyLoss(GlobalMeanLoss):
         return self._step(logits=logits, target=target)
 
     def update(self, logits: Tensor, target: Tensor) -> None:  # type: ignore[override]
-        """Accumulate a batch's summed loss and valid-token count (no gradient); arguments as in :meth:`forward`."""
+        """Accumulate a batch's summed loss and valid-token count (no gradient); arguments as in :meth:`forward`.
+
+        Args:
+            logits: as for :meth:`forward`.
+            target: as for :meth:`forward`.
+        """
         self._update_from(logits=logits, target=target)
 
     def _block(self, logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
