@@ -169,7 +169,10 @@ def barlow_twins_loss(za: Tensor, zb: Tensor, lambda_offdiag: float = 5e-3, eps:
         eps: added to each variance, as BatchNorm's ``eps``. Default ``1e-5``.
 
     Returns:
-        The loss, a 0-d tensor.
+        The loss, a 0-d tensor (float64 for float64 inputs, else float32).
+
+    Raises:
+        ValueError: ``za`` is not a floating ``(N, D)`` tensor, or ``zb`` has another shape.
 
     Example:
         >>> import torch

@@ -91,6 +91,9 @@ def clip_sum(
         rank of ``group`` in the same order (it all-gathers ``N`` numbers in forward; the backward communicates
         nothing).
 
+    The inputs are not validated (this is the kernel :func:`global_clip_loss` runs after its checks): mismatched
+    shapes fail inside torch.
+
     Example:
         >>> import torch
         >>> clip_sum(torch.eye(2), torch.eye(2), 1.0) / 2  # the mean over 2 rows

@@ -79,7 +79,11 @@ def weighted_mean(
         mask: bool, broadcastable to ``values``' shape; equivalent to a 0/1 weight. Default ``None``.
 
     Returns:
-        A 0-d tensor.
+        A 0-d tensor (float64 for float64 values, else float32).
+
+    Raises:
+        ValueError: a ``weight`` not broadcastable to ``values``, or a ``mask`` that is not a bool tensor
+            broadcastable to ``values``.
 
     Example:
         >>> import torch
@@ -159,7 +163,11 @@ def token_cross_entropy(
         label_smoothing: in ``[0, 1]``, as in :func:`torch.nn.functional.cross_entropy`. Default ``0.0``.
 
     Returns:
-        A 0-d tensor.
+        A 0-d tensor (float64 for float64 logits, else float32).
+
+    Raises:
+        ValueError: ``target`` that is not an integer tensor of ``logits``' shape without its last dimension,
+            or a ``label_smoothing`` outside ``[0, 1]``.
 
     Example:
         >>> import torch
