@@ -74,7 +74,7 @@ demo: $(STAMP)
 	$(VENV)/bin/torchrun --standalone --nproc-per-node=2 examples/train_clip_ddp.py $(ARGS)
 
 docs: $(STAMP)
-	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+	$(PY) -m sphinx -W -n --keep-going -b html docs docs/_build/html
 
 # open_clip_torch without its dependencies: it requires torchvision, which cannot be imported beside the pinned CPU
 # torch (and breaks `import torchmetrics`); bench_anchors loads only its loss module, which needs torch alone.

@@ -37,12 +37,16 @@ class BaseAggregator(Metric):
     """Shared input handling: conversion to a tensor on the metric's device and the ``nan_strategy``.
 
     Args:
-        fn: the reduction across ranks of the one state.
-        default_value: the state's default.
-        nan_strategy: ``"error"`` raises on NaN, ``"warn"`` warns and drops NaNs, ``"ignore"`` drops them
-            silently, ``"disable"`` skips the check (fastest), a float replaces them.
-        state_name: attribute name of the state.
+        fn: the reduction across ranks of the one state (a reduction name or a callable, as in
+            :meth:`~torchmetrics_diff.Metric.add_state`).
+        default_value: the state's default (a tensor, or ``[]`` for a list state).
+        nan_strategy: ``"error"`` raises on NaN, ``"warn"`` (default) warns and drops NaNs, ``"ignore"`` drops
+            them silently, ``"disable"`` skips the check (fastest), a float replaces them.
+        state_name: attribute name of the state (default ``"value"``).
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Raises:
+        ValueError: an unknown ``nan_strategy``, or a bad :class:`~torchmetrics_diff.Metric` keyword argument.
     """
 
     is_differentiable = True
@@ -205,8 +209,15 @@ class BaseAggregator(Metric):
 class SumMetric(BaseAggregator):
     """Sum of every value seen (of every rank's values when syncing).
 
+    Shapes and dtypes: ``forward`` returns the sum of the batch, ``compute()`` the sum of every batch since the
+    last reset (0 before any update), both 0-d. The batch value is in the input's floating dtype (float32
+    for half-precision, integer and boolean inputs); the accumulated value in the metric's dtype (float32 unless
+    :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
+
     Args:
-        nan_strategy: see :class:`~torchmetrics_diff.aggregation.BaseAggregator`.
+        nan_strategy: what to do with NaN values, a
+            :data:`~torchmetrics_diff.aggregation.NanStrategy` (default ``"warn"``; see
+            :class:`~torchmetrics_diff.aggregation.BaseAggregator`).
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
@@ -227,7 +238,15 @@ class SumMetric(BaseAggregator):
         super().__init__("sum", torch.tensor(0.0), nan_strategy, state_name="sum_value", **kwargs)
 
     def update(self, value: torch.Tensor | float) -> None:
-        """Add ``value`` (any shape) to the sum."""
+        """Add the elements of ``value`` to the sum.
+
+        Args:
+            value: a tensor of any shape and real or complex dtype, or a number.
+
+        Raises:
+            TypeError: ``value`` is neither a tensor nor a number.
+            RuntimeError: a NaN with ``nan_strategy="error"``.
+        """
         value = self._as_tensor(value)
         fast = self._nan_free_total(value, counted=False)
         if fast is not None:  # NaNs left out on the device
@@ -247,7 +266,15 @@ class _Extremum(BaseAggregator):
         super().__init__(self._op, torch.tensor(start), nan_strategy, state_name=f"{self._op}_value", **kwargs)
 
     def update(self, value: torch.Tensor | float) -> None:
-        """Fold ``value`` (any shape) into the running extremum."""
+        """Fold the elements of ``value`` into the running extremum.
+
+        Args:
+            value: a real tensor of any shape, or a number.
+
+        Raises:
+            TypeError: ``value`` is neither a tensor nor a number.
+            RuntimeError: a NaN with ``nan_strategy="error"``.
+        """
         value = self._clean(value)
         current = getattr(self, self.state_name)
         if value.numel():
@@ -260,8 +287,15 @@ class _Extremum(BaseAggregator):
 class MaxMetric(_Extremum):
     """Maximum of every value seen; the gradient goes to the element(s) holding it.
 
+    Shapes and dtypes: ``forward`` returns the maximum of the batch, ``compute()`` the maximum of every batch since the
+    last reset (``-inf`` before any update), both 0-d. The batch value is in the input's floating dtype (float32
+    for half-precision, integer and boolean inputs); the accumulated value in the metric's dtype (float32 unless
+    :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
+
     Args:
-        nan_strategy: see :class:`~torchmetrics_diff.aggregation.BaseAggregator`.
+        nan_strategy: what to do with NaN values, a
+            :data:`~torchmetrics_diff.aggregation.NanStrategy` (default ``"warn"``; see
+            :class:`~torchmetrics_diff.aggregation.BaseAggregator`).
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
@@ -280,8 +314,15 @@ class MaxMetric(_Extremum):
 class MinMetric(_Extremum):
     """Minimum of every value seen; the gradient goes to the element(s) holding it.
 
+    Shapes and dtypes: ``forward`` returns the minimum of the batch, ``compute()`` the minimum of every batch since the
+    last reset (``inf`` before any update), both 0-d. The batch value is in the input's floating dtype (float32
+    for half-precision, integer and boolean inputs); the accumulated value in the metric's dtype (float32 unless
+    :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
+
     Args:
-        nan_strategy: see :class:`~torchmetrics_diff.aggregation.BaseAggregator`.
+        nan_strategy: what to do with NaN values, a
+            :data:`~torchmetrics_diff.aggregation.NanStrategy` (default ``"warn"``; see
+            :class:`~torchmetrics_diff.aggregation.BaseAggregator`).
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
@@ -303,6 +344,17 @@ class CatMetric(BaseAggregator):
     A tensor of shape ``(n, ...)`` adds ``n`` rows; a 0-d tensor or a number adds one. Every row must have the
     shape of the first (``(2, 3)`` then ``(1, 3)`` gives ``(3, 3)``; 0-d and 1-d values are both rows of shape
     ``()``). With a NaN-dropping ``nan_strategy``, a row holding a NaN is dropped whole.
+
+    Shapes and dtypes: ``forward`` returns the batch's rows, ``compute()`` every row since the last reset, as
+    one tensor of shape ``(total rows, *row shape)`` (when syncing, every rank's rows in rank order); rows keep
+    their floating dtype (float32 for half-precision, integer and boolean inputs), and ``compute()`` before any
+    update is an empty 1-D tensor of the metric's dtype.
+
+    Args:
+        nan_strategy: what to do with NaN values, a
+            :data:`~torchmetrics_diff.aggregation.NanStrategy` (default ``"warn"``; see
+            :class:`~torchmetrics_diff.aggregation.BaseAggregator`).
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
         >>> import torch
@@ -327,7 +379,12 @@ class CatMetric(BaseAggregator):
     def update(self, value: torch.Tensor | float) -> None:
         """Append the rows of ``value`` (a 0-d value is one row).
 
+        Args:
+            value: a tensor ``(n, *row shape)`` or a 0-d tensor or number (one row), real or complex.
+
         Raises:
+            TypeError: ``value`` is neither a tensor nor a number.
+            RuntimeError: a NaN with ``nan_strategy="error"``.
             ValueError: the rows of ``value`` have another shape than the rows seen before.
         """
         value = as_rows(self._as_tensor(value))
@@ -344,6 +401,9 @@ class CatMetric(BaseAggregator):
 
     def compute(self) -> torch.Tensor:
         """Every row seen, as one tensor (1-D and empty when nothing was seen).
+
+        Returns:
+            Shape ``(total rows, *row shape)``, in the rows' dtype.
 
         Raises:
             ValueError: rows of different shapes were accumulated (by ``forward`` or ``merge_state``).
@@ -370,8 +430,16 @@ class MeanMetric(BaseAggregator):
     With ``dist_sync_on_step=True``, ``MeanMetric(...)(per_token_loss, weight=mask)`` is the loss normalized by
     the global number of valid tokens, with the one-big-device gradient.
 
+    Shapes and dtypes: ``forward`` returns the weighted mean of the batch, ``compute()`` that of every batch
+    since the last reset (NaN before any update), both 0-d. The batch value is in the input's floating dtype
+    (float32 for half-precision, integer and boolean inputs); the accumulated value in the metric's dtype
+    (float32 unless :meth:`~torchmetrics_diff.Metric.set_dtype` says otherwise).
+
     Args:
-        nan_strategy: see :class:`~torchmetrics_diff.aggregation.BaseAggregator`; dropped values drop their weights too.
+        nan_strategy: what to do with NaN values, a
+            :data:`~torchmetrics_diff.aggregation.NanStrategy` (default ``"warn"``; see
+            :class:`~torchmetrics_diff.aggregation.BaseAggregator`).
+            Dropped values drop their weights too.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
@@ -396,7 +464,14 @@ class MeanMetric(BaseAggregator):
     def update(self, value: torch.Tensor | float, weight: torch.Tensor | float = 1.0) -> None:
         """Add ``value`` with ``weight`` (broadcast to ``value``'s shape; a bool mask works).
 
+        Args:
+            value: a real tensor of any shape, or a number.
+            weight: a tensor broadcastable to ``value``'s shape (floating, integer or boolean), or a number
+                (default 1.0).
+
         Raises:
+            TypeError: ``value`` is neither a tensor nor a number.
+            RuntimeError: a NaN with ``nan_strategy="error"``.
             ValueError: ``weight`` cannot be broadcast to ``value``.
         """
         value = self._as_tensor(value)

@@ -33,8 +33,8 @@ class MetricCollection(nn.ModuleDict):
             in a dict, under ``f"{key}_{name}"``).
         additional_metrics: more metrics when ``metrics`` is a metric or a sequence; anything else among them is
             ignored with a warning.
-        prefix: put before every key of the results.
-        postfix: put after every key of the results.
+        prefix: put before every key of the results. Default ``None``.
+        postfix: put after every key of the results. Default ``None``.
         compute_groups: lists of member names whose states are identical by construction (same states, same
             ``update``); only the first of each group updates, the others read its states. A group may have one
             member. ``True``, ``False`` or ``None``: no groups (they are never inferred from values).
@@ -78,6 +78,11 @@ class MetricCollection(nn.ModuleDict):
         self, metrics: Metric | Sequence[Metric] | dict[str, Metric | MetricCollection], *additional_metrics: Metric
     ) -> None:
         """Add members, named as in the constructor; the compute groups are checked again.
+
+        Args:
+            metrics: a metric, a sequence of metrics (named by their class), or a dict of metrics and collections
+                (named by their key).
+            additional_metrics: more metrics, when ``metrics`` is one.
 
         Raises:
             ValueError: a name already taken, a member that is not a metric, or extra arguments after a dict.
@@ -192,17 +197,30 @@ class MetricCollection(nn.ModuleDict):
 
     # ------------------------------------------------ dict access, as torchmetrics' MetricCollection
     def keys(self, keep_base: bool = False) -> Iterable[str]:  # type: ignore[override]
-        """The members' keys: with prefix and postfix, or the bare names with ``keep_base=True``."""
+        """The members' keys: with prefix and postfix, or the bare names with ``keep_base=True``.
+
+        Args:
+            keep_base: ``True`` gives the names without prefix and postfix. Default ``False``.
+        """
         return self._modules.keys() if keep_base else {self._key(n): m for n, m in self._modules.items()}.keys()
 
     def items(self, keep_base: bool = False, copy_state: bool = True) -> Iterable[tuple[str, Metric]]:  # type: ignore[override]
-        """``(key, member)`` pairs; keys as in :meth:`keys`. ``copy_state`` is accepted for torchmetrics' sake."""
+        """``(key, member)`` pairs; keys as in :meth:`keys`. ``copy_state`` is accepted for torchmetrics' sake.
+
+        Args:
+            keep_base: ``True`` gives the names without prefix and postfix. Default ``False``.
+            copy_state: ignored (torchmetrics' argument). Default ``True``.
+        """
         if keep_base:
             return self._modules.items()
         return {self._key(n): m for n, m in self._modules.items()}.items()
 
     def values(self, copy_state: bool = True) -> Iterable[Metric]:  # type: ignore[override]
-        """The members. ``copy_state`` is accepted for torchmetrics' sake."""
+        """The members. ``copy_state`` is accepted for torchmetrics' sake.
+
+        Args:
+            copy_state: ignored (torchmetrics' argument). Default ``True``.
+        """
         return self._modules.values()
 
     def __iter__(self) -> Iterator[str]:
@@ -256,7 +274,12 @@ class MetricCollection(nn.ModuleDict):
         return out
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        """Update every member; keyword arguments go to the members whose ``update`` accepts them."""
+        """Update every member; keyword arguments go to the members whose ``update`` accepts them.
+
+        Args:
+            args: the batch, passed to every member's ``update``.
+            kwargs: keyword arguments, each passed to the members whose ``update`` accepts it.
+        """
         leaders = self._leaders()
         snapshots = {name: m._snapshot() for name, m in leaders.items()}
         try:
@@ -274,6 +297,10 @@ class MetricCollection(nn.ModuleDict):
 
         Every member runs the batch-step protocol of :class:`~torchmetrics_diff.Metric`; the members that sync
         through the engine are synced together between their ``update`` and their value.
+
+        Args:
+            args: the batch, passed to every member.
+            kwargs: keyword arguments, each passed to the members whose ``update`` accepts it.
         """
         if compiling() and any(m._steps_out_of_graph() for m in self._modules.values()):
             return _eager_forward(self, *args, **kwargs)  # one graph break: see Metric._steps_out_of_graph
@@ -362,7 +389,12 @@ class MetricCollection(nn.ModuleDict):
             m.reset()
 
     def clone(self, prefix: str | None = None, postfix: str | None = None) -> MetricCollection:
-        """A deep copy, optionally with a new prefix/postfix."""
+        """A deep copy, optionally with a new prefix/postfix.
+
+        Args:
+            prefix: the copy's prefix. Default ``None``: this collection's.
+            postfix: the copy's postfix. Default ``None``: this collection's.
+        """
         new = deepcopy(self)
         new._sync_plans = {}
         if prefix is not None:
@@ -380,12 +412,20 @@ class MetricCollection(nn.ModuleDict):
         return state
 
     def persistent(self, mode: bool = True) -> None:
-        """Set persistence of every member's states."""
+        """Set persistence of every member's states.
+
+        Args:
+            mode: ``True`` saves the states in ``state_dict``. Default ``True``.
+        """
         for m in self._modules.values():
             m.persistent(mode)
 
     def set_dtype(self, dst_type: Any) -> MetricCollection:
-        """Cast every member's floating states (see :meth:`Metric.set_dtype`)."""
+        """Cast every member's floating states (see :meth:`Metric.set_dtype`).
+
+        Args:
+            dst_type: the dtype (a ``torch.dtype`` or its name).
+        """
         for m in self._modules.values():
             m.set_dtype(dst_type)
         return self

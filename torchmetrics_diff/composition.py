@@ -63,6 +63,10 @@ class CompositionalMetric(Metric):
         """Update every member metric (keyword arguments routed by each member's ``update`` signature).
 
         All or nothing: when a member raises, the members updated before it are restored.
+
+        Args:
+            args: the batch, passed to every member's ``update``.
+            kwargs: keyword arguments, each passed to the members whose ``update`` accepts it.
         """
         snapshot = self._snapshot()
         try:
@@ -78,7 +82,12 @@ class CompositionalMetric(Metric):
         return self._apply_op(a, b)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """The operator applied to the members' (differentiable, possibly global) batch values; all or nothing."""
+        """The operator applied to the members' (differentiable, possibly global) batch values; all or nothing.
+
+        Args:
+            args: the batch, passed to every member.
+            kwargs: keyword arguments, each passed to the members whose ``update`` accepts it.
+        """
         snapshot = self._snapshot()
         try:
             a, b = (

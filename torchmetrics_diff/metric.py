@@ -128,17 +128,21 @@ class Metric(nn.Module):
 
     Args:
         dist_sync_on_step: sync the batch's states in ``forward`` so the returned value is the one of the
-            global batch on every rank, differentiable (the gradient contract of the package).
-        sync_on_compute: sync the accumulated states in :meth:`compute`.
-        process_group: the group to sync over (``None``: the default group).
+            global batch on every rank, differentiable (the gradient contract of the package). Default ``False``.
+        sync_on_compute: sync the accumulated states in :meth:`compute` (default ``True``).
+        process_group (torch.distributed.ProcessGroup | None): the group to sync over (default ``None``: the
+            default group).
         dist_sync_fn: a custom gather ``fn(tensor, group=None) -> list[Tensor]`` used instead of the
-            bucketed engine (slower: one gather per state).
-        compute_on_cpu: move list states to the CPU after each update (saves accelerator memory).
-        compute_with_cache: cache the result of :meth:`compute` until the next update or reset.
+            bucketed engine (slower: one gather per state). Default ``None``: the engine.
+        compute_on_cpu: move list states to the CPU after each update (saves accelerator memory). Default
+            ``False``.
+        compute_with_cache: cache the result of :meth:`compute` until the next update or reset (default
+            ``True``).
         grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (DDP, FSDP, DeepSpeed;
-            the local gradient is scaled by the group size) or ``"sum"`` (raw local gradient).
+            the local gradient is scaled by the group size; the default) or ``"sum"`` (raw local gradient).
         distributed_available_fn: a callable returning whether to sync at all (checked before every sync, on
-            step and on compute); ``None``: sync whenever the process group has more than one rank.
+            step and on compute); ``None`` (default): sync whenever the process group has more than one rank.
+        kwargs: none is accepted: an unknown keyword argument raises (subclasses pass on what they do not take).
 
     Raises:
         ValueError: unknown keyword argument or a bad value for one of the above.
@@ -161,23 +165,24 @@ class Metric(nn.Module):
         >>> metric.compute()  # every batch since the last reset
         tensor(7.)
 
-    The batch-step protocol: ``forward`` is five steps, and :class:`~torchmetrics_diff.MetricCollection` (which
+    Internals, for the package's own subclasses (protected members, not part of the public API). The batch-step
+    protocol: ``forward`` is five steps, and :class:`~torchmetrics_diff.MetricCollection` (which
     syncs all its members between the second and the third) and the losses (which compute their value
     themselves) run the same steps, so the bookkeeping of a batch exists once:
 
-    - :meth:`_begin_batch` refuses a synced metric, counts the update and swaps in fresh batch states; it returns
-      the :class:`BatchStep` the other steps take.
-    - :meth:`_update_batch` folds the batch into the batch states with the caller's autograd mode.
-    - :meth:`_sync_batch` replaces the batch states by their values over every rank (when syncing on step).
-    - :meth:`_batch_value` is the value of the batch states.
-    - :meth:`_finish_batch` merges the detached batch states into the accumulated ones and keeps the detached
-      value as ``_forward_cache`` (what Lightning logs); :meth:`_abort_batch` instead puts everything back.
+    - ``_begin_batch`` refuses a synced metric, counts the update and swaps in fresh batch states; it returns
+      the ``BatchStep`` the other steps take.
+    - ``_update_batch`` folds the batch into the batch states with the caller's autograd mode.
+    - ``_sync_batch`` replaces the batch states by their values over every rank (when syncing on step).
+    - ``_batch_value`` is the value of the batch states.
+    - ``_finish_batch`` merges the detached batch states into the accumulated ones and keeps the detached
+      value as ``_forward_cache`` (what Lightning logs); ``_abort_batch`` instead puts everything back.
 
-    What a collection needs besides: :meth:`_filter_kwargs` (the keyword arguments ``update`` takes),
-    :meth:`_snapshot`/:meth:`_restore` (an all-or-nothing ``update``), :meth:`_same_update` and
-    :meth:`_share_states` (compute groups), :meth:`_sync_spec`, :meth:`_hold_synced` and :attr:`_is_synced` (one
-    sync for every member), and the questions :meth:`_syncs_on_step`, :meth:`_syncs_on_step_eagerly`,
-    :meth:`_steps_out_of_graph`, :meth:`_syncs_on_compute` and :meth:`_joins_compute_sync`.
+    What a collection needs besides: ``_filter_kwargs`` (the keyword arguments ``update`` takes),
+    ``_snapshot``/``_restore`` (an all-or-nothing ``update``), ``_same_update`` and
+    ``_share_states`` (compute groups), ``_sync_spec``, ``_hold_synced`` and ``_is_synced`` (one
+    sync for every member), and the questions ``_syncs_on_step``, ``_syncs_on_step_eagerly``, ``_steps_out_of_graph``,
+    ``_syncs_on_compute`` and ``_joins_compute_sync``.
     """
 
     is_differentiable: ClassVar[bool | None] = None
@@ -450,7 +455,12 @@ class Metric(nn.Module):
 
     # --------------------------------------------------------------- lifecycle
     def update(self, *args: Any, **kwargs: Any) -> None:
-        """Fold a batch into the states. Implemented by subclasses."""
+        """Fold a batch into the states. Implemented by subclasses.
+
+        Args:
+            args: the batch, as the subclass's ``update`` takes it.
+            kwargs: the batch's keyword arguments, as the subclass's ``update`` takes them.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement `update`")
 
     def compute(self) -> Any:
@@ -561,6 +571,10 @@ class Metric(nn.Module):
 
         With ``dist_sync_on_step=True`` the value is identical on every rank and, after ``backward`` and the
         trainer's gradient averaging, every parameter gradient equals the single-device one.
+
+        Args:
+            args: the batch, as the subclass's ``update`` takes it.
+            kwargs: the batch's keyword arguments, as the subclass's ``update`` takes them.
         """
         if compiling() and self._steps_out_of_graph():
             return self._outside_forward(self, *args, **kwargs)
@@ -802,6 +816,9 @@ class Metric(nn.Module):
     def unsync(self, should_unsync: bool = True) -> None:
         """Restore the local states saved by :meth:`sync`.
 
+        Args:
+            should_unsync: ``False`` makes the call a no-op. Default ``True``.
+
         Raises:
             TorchMetricsUserError: the metric is not synced (a ``RuntimeError``).
         """
@@ -822,6 +839,13 @@ class Metric(nn.Module):
         distributed_available: Callable[[], bool] | None = None,
     ) -> Iterator[None]:
         """Within the block the states are synced; afterwards the local ones are back (when ``should_unsync``).
+
+        Args:
+            dist_sync_fn: a custom gather for this sync, as the constructor's. Default ``None``: the metric's.
+            process_group: the group to sync over. Default ``None``: the metric's.
+            should_sync: ``False`` leaves the states local. Default ``True``.
+            should_unsync: restore the local states when the block ends. Default ``True``.
+            distributed_available: a callable returning whether to sync at all. Default ``None``: the metric's.
 
         Example:
             >>> import torch
@@ -847,7 +871,11 @@ class Metric(nn.Module):
         return deepcopy(self)
 
     def persistent(self, mode: bool = False) -> None:
-        """Set whether every state is saved in ``state_dict``."""
+        """Set whether every state is saved in ``state_dict``.
+
+        Args:
+            mode: ``True`` saves the states in ``state_dict``. Default ``False``.
+        """
         for name in self._persistent:
             self._persistent[name] = mode
 

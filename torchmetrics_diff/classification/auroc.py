@@ -24,9 +24,9 @@ class AUROC(Metric):
     without a negative target the value is 0, with a warning (torchmetrics' result).
 
     Args:
-        task: ``"binary"`` (the only one implemented).
-        ignore_index: target value whose entries are left out.
-        validate_args: check that targets lie in ``{0, 1}``.
+        task: ``"binary"`` (the only one implemented). Default ``"binary"``.
+        ignore_index: target value whose entries are left out. Default ``None``.
+        validate_args: check that targets lie in ``{0, 1}``. Default ``True``.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Raises:
@@ -59,7 +59,17 @@ class AUROC(Metric):
         self.add_state("target", [], dist_reduce_fx="cat")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Append a batch's scores and targets."""
+        """Append a batch's scores and targets.
+
+        Args:
+            preds: floating scores ``(N, ...)``: probabilities, or logits (a sigmoid is applied when any value
+                lies outside ``[0, 1]``).
+            target: integer labels in ``{0, 1}`` of the shape of ``preds``.
+
+        Raises:
+            ValueError: tensors of different shapes, integer ``preds``, or (``validate_args``) targets outside
+                ``{0, 1}``.
+        """
         p, t = binary_auroc_inputs(preds, target, self.ignore_index, self.validate_args)
         # appended even when empty: a rank whose list states hold (empty) tensors agrees with the others on their
         # dtype and shape, so its syncs stay on the engine's one-collective path
@@ -67,7 +77,11 @@ class AUROC(Metric):
         self.target.append(t)
 
     def compute(self) -> torch.Tensor:
-        """The AUROC of every row seen (0 with a warning before any positive and negative target)."""
+        """The AUROC of every row seen (0 with a warning before any positive and negative target).
+
+        Returns:
+            A 0-d tensor in the default dtype.
+        """
         if not self.preds:
             return binary_auroc_exact(torch.zeros(0, device=self.device), torch.zeros(0, dtype=torch.int64))
         return binary_auroc_exact(dim_zero_cat(self.preds), dim_zero_cat(self.target))

@@ -25,23 +25,30 @@ from torchmetrics_diff.functional._classification import (
 from torchmetrics_diff.metric import Metric
 
 _TASK_ARGS = """
+    Inputs of ``update`` and ``forward`` (as in :func:`~torchmetrics_diff.functional.stat_scores`): ``preds``
+    ``(N, ...)`` probabilities, logits or labels for binary, ``(N, C, ...)`` scores or ``(N, ...)`` labels for
+    multiclass, ``(N, L, ...)`` for multilabel; ``target`` integer labels of the matching shape. The value is a
+    floating tensor in the default dtype: 0-d, or ``(C,)``/``(L,)`` with ``average="none"``.
+
     Args:
         task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
         threshold: a probability above it is a positive prediction (binary, multilabel); logits (any value
-            outside ``[0, 1]``) go through a sigmoid first.
-        num_classes: number of classes (multiclass).
-        num_labels: number of labels (multilabel).
-        average: ``"micro"`` (pool the counts of every class), ``"macro"`` (mean of per-class scores; for
-            multiclass, classes absent from both targets and predictions are left out, as in torchmetrics),
+            outside ``[0, 1]``) go through a sigmoid first. Default 0.5.
+        num_classes: number of classes ``C``, required for multiclass. Default ``None``.
+        num_labels: number of labels ``L``, required for multilabel. Default ``None``.
+        average: ``"micro"`` (default: pool the counts of every class), ``"macro"`` (mean of per-class scores;
+            for multiclass, classes absent from both targets and predictions are left out, as in torchmetrics),
             ``"weighted"`` (per-class scores weighted by support), ``"none"``/``None`` (one score per class).
             Ignored for ``binary``.
-        multidim_average: only ``"global"`` (extra dimensions are folded into the batch) is implemented.
-        top_k: only ``1`` is implemented.
-        ignore_index: target value whose entries are left out.
-        validate_args: check that labels lie in their range (one pass over the batch); ``False`` skips it."""
+        multidim_average: only ``"global"`` (the default: extra dimensions are folded into the batch) is
+            implemented.
+        top_k: only ``1`` (the default) is implemented.
+        ignore_index: target value whose entries are left out. Default ``None``.
+        validate_args: check that labels lie in their range (one pass over the batch); ``False`` skips it.
+            Default ``True``."""
 
 _ZERO_DIVISION = """
-        zero_division: ``0`` or ``1``, the score where its denominator is zero (torchmetrics' default 0)."""
+        zero_division: ``0`` or ``1``, the score where its denominator is zero. Default 0, as torchmetrics."""
 
 _KWARGS = """
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
@@ -121,7 +128,15 @@ class _StatScoresMetric(_TaskCounts):
             self.add_state(name, torch.zeros(shape, dtype=torch.int64), dist_reduce_fx="sum")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch's counts."""
+        """Add a batch's counts.
+
+        Args:
+            preds: predictions, see the class docstring (shapes per task).
+            target: integer labels of the matching shape.
+
+        Raises:
+            ValueError: inputs that do not fit the task (shapes, dtypes, labels out of range).
+        """
         s = self._count(stat_scores, preds, target)
         self.tp, self.fp, self.tn, self.fn = (
             getattr(self, name) + value.to(self.device) for name, value in zip(StatScores._fields, s)
@@ -220,13 +235,13 @@ class ConfusionMatrix(_TaskCounts):
 
     Args:
         task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
-        num_classes: number of classes (multiclass).
-        num_labels: number of labels (multilabel).
-        threshold: as for :class:`Accuracy`.
-        normalize: ``None``/``"none"`` (counts), ``"true"`` (rows sum to 1), ``"pred"`` (columns) or ``"all"``;
-            an all-zero row or column stays zero.
-        ignore_index: target value whose entries are left out.
-        validate_args: check that labels lie in their range.
+        num_classes: number of classes ``C``, required for multiclass. Default ``None``.
+        num_labels: number of labels ``L``, required for multilabel. Default ``None``.
+        threshold: as for :class:`~torchmetrics_diff.Accuracy`. Default 0.5.
+        normalize: ``None``/``"none"`` (default: counts), ``"true"`` (rows sum to 1), ``"pred"`` (columns) or
+            ``"all"``; an all-zero row or column stays zero.
+        ignore_index: target value whose entries are left out. Default ``None``.
+        validate_args: check that labels lie in their range. Default ``True``.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
@@ -262,11 +277,24 @@ class ConfusionMatrix(_TaskCounts):
         self.add_state("confmat", torch.zeros(shape, dtype=torch.int64), dist_reduce_fx="sum")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch's counts."""
+        """Add a batch's counts.
+
+        Args:
+            preds: predictions, as for :func:`~torchmetrics_diff.functional.confusion_matrix`.
+            target: integer labels of the matching shape.
+
+        Raises:
+            ValueError: inputs that do not fit the task (shapes, dtypes, labels out of range).
+        """
         self.confmat = self.confmat + self._count(confusion_counts, preds, target).to(self.device)
 
     def compute(self) -> torch.Tensor:
-        """The (normalized) confusion matrix of every batch seen."""
+        """The (normalized) confusion matrix of every batch seen.
+
+        Returns:
+            ``(2, 2)`` binary, ``(C, C)`` multiclass, ``(L, 2, 2)`` multilabel; ``int64`` counts, or floating
+            (the default dtype) when normalized.
+        """
         return normalize_confusion(self.confmat, self.normalize)
 
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:

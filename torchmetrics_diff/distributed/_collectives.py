@@ -29,8 +29,8 @@ from torchmetrics_diff.distributed._call import exchange
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._failure import fail_on_every_rank
 
-GRAD_MODES = ("none", "local", "sync")
-REDUCE_OPS = _reductions.ELEMENTWISE
+GRAD_MODES = ("none", "local", "sync")  #: the accepted values of the collectives' ``grad`` argument
+REDUCE_OPS = _reductions.ELEMENTWISE  #: the accepted values of :func:`all_reduce`'s ``op``
 _MAX_NDIM = 16
 _FIXED = 5  # ndim, dtype, requires_grad, op, grad mode; then the shape
 
@@ -183,15 +183,17 @@ def gather_all_tensors(tensor: torch.Tensor, group: Group = None, *, grad: str =
     Args:
         tensor: the local tensor. Every rank must pass the same ``ndim`` and dtype; sizes may differ,
             including zero-size and 0-d tensors.
-        group: the process group (``None``: the default group). Element ``i`` of the result is the tensor
-            of group rank ``i``.
-        grad: ``"none"`` detaches the result; ``"local"`` lets a rank's own slot carry gradient to its own
-            input, with no communication in backward; ``"sync"`` sums every rank's gradient for each slot and
-            delivers it to the slot's owner (every rank must then run the backward).
+        group: the process group (default ``None``: the default group). Element ``i`` of the result is the
+            tensor of group rank ``i``.
+        grad: one of :data:`GRAD_MODES`: ``"none"`` detaches the result; ``"local"`` (default) lets a rank's
+            own slot carry gradient to its own input, with no communication in backward; ``"sync"`` sums every
+            rank's gradient for each slot and delivers it to the slot's owner (every rank must then run the
+            backward).
 
     Returns:
-        A list with one tensor per rank of ``group``. Without an initialised process group or with one
-        rank, the one-element list ``[tensor]`` (detached when ``grad="none"``); no collective is called.
+        A list with one tensor per rank of ``group``, each of its rank's shape and of the common dtype. Without an
+        initialised process group or with one rank, the one-element list ``[tensor]`` (detached when ``grad="none"``);
+        no collective is called.
 
     Raises:
         TypeError: ``tensor`` is not a tensor or has an unsupported dtype.
@@ -229,14 +231,18 @@ def all_gather_cat(tensor: torch.Tensor, group: Group = None, *, grad: str = "lo
     tensor counts as one row.
 
     Args:
-        tensor: the local rows.
-        group: the process group (``None``: the default group).
-        grad: ``"none"``, ``"local"`` or ``"sync"``, as in :func:`gather_all_tensors`.
+        tensor: the local rows ``(n_r, *trailing)``, of any dtype the backend sends; ``n_r`` may differ between
+            ranks.
+        group: the process group (default ``None``: the default group).
+        grad: ``"none"``, ``"local"`` (default) or ``"sync"``, as in :func:`gather_all_tensors`.
 
     Returns:
-        The concatenation of every rank's rows; the local tensor (as rows) when not distributed.
+        The concatenation of every rank's rows, ``(Σ n_r, *trailing)`` in the input's dtype; the local tensor
+        (as rows: a 0-d tensor becomes shape ``(1,)``) when not distributed, without a collective.
 
     Raises:
+        TypeError: ``tensor`` is not a tensor or has an unsupported dtype.
+        ValueError: bad ``grad``, or this process is not a member of ``group``.
         RuntimeError: on every rank, when ranks disagree on ndim, dtype, trailing dimensions or grad mode.
 
     Example:
@@ -280,14 +286,16 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None, *, gr
 
     Args:
         tensor: the local tensor; the same shape and dtype on every rank.
-        op: ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``. For ``min``/``max`` the gradient goes only to
-            the rank(s) holding the extremum, split evenly between ties.
-        group: the process group (``None``: the default group).
-        grad: ``"none"``, ``"local"`` (a rank's gradient is ``∂L_r/∂x_r`` of its own loss) or ``"sync"``
-            (every rank's gradient is summed: ``Σ_r' ∂L_r'/∂x_r``).
+        op: one of :data:`REDUCE_OPS`: ``"sum"`` (default), ``"mean"``, ``"min"`` or ``"max"``. For
+            ``min``/``max`` the gradient goes only to the rank(s) holding the extremum, split evenly between
+            ties.
+        group: the process group (default ``None``: the default group).
+        grad: ``"none"``, ``"local"`` (default: a rank's gradient is ``∂L_r/∂x_r`` of its own loss) or
+            ``"sync"`` (every rank's gradient is summed: ``Σ_r' ∂L_r'/∂x_r``).
 
     Returns:
-        The reduced tensor, identical on every rank.
+        The reduced tensor, of the input's shape and dtype, identical on every rank; the input itself (detached
+        when ``grad="none"``) without an initialised process group or with one rank, no collective.
 
     Raises:
         ValueError: unknown ``op``/``grad``; ``"mean"`` of a non-floating tensor; ``"sum"`` of bools.

@@ -27,19 +27,34 @@ class BarlowTwinsStats(NamedTuple):
     """Additive sufficient statistics of Barlow Twins' cross-correlation over a set of rows.
 
     Every field is a sum over rows, so the statistics of a union of shards are the field-wise sums
-    (:meth:`merge`, or one ``all_reduce(sum)`` per field).
+    (:meth:`merge`, or one ``all_reduce(sum)`` per field). :func:`barlow_twins_stats` makes them in at least
+    float32 (half-precision embeddings are summed in float32), all fields of one dtype and device.
+
+    Attributes:
+        sum_a: ``Σ_k za[k]``, shape ``(D,)``.
+        sum_sq_a: ``Σ_k za[k]²``, shape ``(D,)``.
+        sum_b: ``Σ_k zb[k]``, shape ``(D,)``.
+        sum_sq_b: ``Σ_k zb[k]²``, shape ``(D,)``.
+        sum_ab: ``Σ_k outer(za[k], zb[k])``, shape ``(D, D)``.
+        count: the number of rows, a 0-d floating tensor.
     """
 
-    sum_a: Tensor  #: ``sum_k za[k]``, (D,)
-    sum_sq_a: Tensor  #: ``sum_k za[k] ** 2``, (D,)
-    sum_b: Tensor  #: ``sum_k zb[k]``, (D,)
-    sum_sq_b: Tensor  #: ``sum_k zb[k] ** 2``, (D,)
-    sum_ab: Tensor  #: ``sum_k outer(za[k], zb[k])``, (D, D)
-    #: number of rows, 0-d float
+    sum_a: Tensor
+    sum_sq_a: Tensor
+    sum_b: Tensor
+    sum_sq_b: Tensor
+    sum_ab: Tensor
     count: Tensor  # type: ignore[assignment]  # (the field hides tuple.count)
 
     def merge(self, other: BarlowTwinsStats) -> BarlowTwinsStats:
-        """The statistics of the union of both row sets."""
+        """The statistics of the union of both row sets (field-wise sums).
+
+        Args:
+            other: the statistics of the other rows, of the same ``D``.
+
+        Returns:
+            A new :class:`BarlowTwinsStats`.
+        """
         return BarlowTwinsStats(*(mine + theirs for mine, theirs in zip(self, other)))
 
 
@@ -100,8 +115,8 @@ def barlow_twins_from_stats(
 
     Args:
         stats: :class:`BarlowTwinsStats` or a tuple of its six fields in order.
-        lambda_offdiag: weight of the off-diagonal (redundancy reduction) term.
-        eps: added to each variance, as BatchNorm's ``eps``.
+        lambda_offdiag: weight of the off-diagonal (redundancy reduction) term. Default ``5e-3``.
+        eps: added to each variance, as BatchNorm's ``eps``. Default ``1e-5``.
 
     Returns:
         The loss, a 0-d tensor.
@@ -150,11 +165,14 @@ def barlow_twins_loss(za: Tensor, zb: Tensor, lambda_offdiag: float = 5e-3, eps:
     Args:
         za: embeddings of the first view (N, D).
         zb: embeddings of the second view (N, D).
-        lambda_offdiag: weight of the off-diagonal term.
-        eps: added to each variance, as BatchNorm's ``eps``.
+        lambda_offdiag: weight of the off-diagonal term. Default ``5e-3``.
+        eps: added to each variance, as BatchNorm's ``eps``. Default ``1e-5``.
 
     Returns:
-        The loss, a 0-d tensor.
+        The loss, a 0-d tensor (float64 for float64 inputs, else float32).
+
+    Raises:
+        ValueError: ``za`` is not a floating ``(N, D)`` tensor, or ``zb`` has another shape.
 
     Example:
         >>> import torch

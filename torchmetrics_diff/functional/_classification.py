@@ -30,7 +30,17 @@ NORMALIZE = ("true", "pred", "all", "none", None)
 
 
 class StatScores(NamedTuple):
-    """True positives, false positives, true negatives and false negatives (``int64``; per class or label)."""
+    """The four counts of a classification batch, each ``int64``.
+
+    Each field is 0-d for ``binary`` and of shape ``(C,)`` (``multiclass``, one count per class) or ``(L,)``
+    (``multilabel``, one per label); sums over batches and ranks are the counts of the whole data.
+
+    Attributes:
+        tp: true positives.
+        fp: false positives.
+        tn: true negatives.
+        fn: false negatives.
+    """
 
     tp: torch.Tensor
     fp: torch.Tensor
@@ -220,7 +230,30 @@ def stat_scores(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> StatScores:
-    """True/false positives/negatives: scalars for ``binary``, one per class (``multiclass``) or label.
+    """True positives, false positives, true negatives and false negatives of a batch.
+
+    Args:
+        preds: predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside
+            ``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``.
+            ``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``.
+            ``multilabel``: ``(N, L, ...)``, each label as in ``binary``.
+        target: integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in
+            ``[0, C)``) or ``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
+        num_classes: ``C``, required for ``multiclass``. Default ``None``.
+        num_labels: ``L``, required for ``multilabel``. Default ``None``.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
+
+    Returns:
+        A :class:`StatScores` of ``int64`` tensors: 0-d for ``binary``, one count per class (``multiclass``,
+        ``(C,)``) or per label (``multilabel``, ``(L,)``).
+
+    Raises:
+        ValueError: an unknown ``task``, a ``threshold`` outside ``[0, 1]``, a missing or non-positive
+            ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with ``validate_args``) labels out
+            of range.
 
     Example:
         >>> import torch
@@ -342,7 +375,37 @@ def accuracy(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Accuracy (see :class:`torchmetrics_diff.classification.Accuracy`).
+    """Accuracy of a batch: ``(tp + tn) / all`` for ``binary`` and ``multilabel``, ``tp / (tp + fn)`` per class
+    for ``multiclass`` (with ``"micro"``: the fraction of correct labels).
+
+    The functional form of :class:`~torchmetrics_diff.Accuracy`; no collective.
+
+    Args:
+        preds: predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside
+            ``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``.
+            ``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``.
+            ``multilabel``: ``(N, L, ...)``, each label as in ``binary``.
+        target: integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in
+            ``[0, C)``) or ``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
+        num_classes: ``C``, required for ``multiclass``. Default ``None``.
+        num_labels: ``L``, required for ``multilabel``. Default ``None``.
+        average: ``"micro"`` (default: pool the counts of every class or label), ``"macro"`` (mean of the
+            per-class scores; for ``multiclass`` the classes absent from both targets and predictions are left
+            out, as in torchmetrics), ``"weighted"`` (per-class scores weighted by their support ``tp + fn``),
+            ``"none"`` or ``None`` (one score per class or label). Ignored for ``binary``.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
+
+    Returns:
+        A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
+        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``. No gradient (it is counts).
+
+    Raises:
+        ValueError: an unknown ``task``, ``average``, a ``threshold`` outside ``[0, 1]``,
+            a missing or non-positive ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with
+            ``validate_args``) labels out of range.
 
     Example:
         >>> import torch
@@ -365,7 +428,37 @@ def precision(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Precision ``tp / (tp + fp)`` (see :class:`torchmetrics_diff.classification.Precision`).
+    """Precision ``tp / (tp + fp)`` of a batch.
+
+    The functional form of :class:`~torchmetrics_diff.Precision`; no collective.
+
+    Args:
+        preds: predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside
+            ``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``.
+            ``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``.
+            ``multilabel``: ``(N, L, ...)``, each label as in ``binary``.
+        target: integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in
+            ``[0, C)``) or ``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
+        num_classes: ``C``, required for ``multiclass``. Default ``None``.
+        num_labels: ``L``, required for ``multilabel``. Default ``None``.
+        average: ``"micro"`` (default: pool the counts of every class or label), ``"macro"`` (mean of the
+            per-class scores; for ``multiclass`` the classes absent from both targets and predictions are left
+            out, as in torchmetrics), ``"weighted"`` (per-class scores weighted by their support ``tp + fn``),
+            ``"none"`` or ``None`` (one score per class or label). Ignored for ``binary``.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
+        zero_division: ``0`` (default, as torchmetrics) or ``1``: the score where its denominator is zero.
+
+    Returns:
+        A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
+        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``. No gradient (it is counts).
+
+    Raises:
+        ValueError: an unknown ``task``, ``average`` or ``zero_division``, a ``threshold`` outside ``[0, 1]``,
+            a missing or non-positive ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with
+            ``validate_args``) labels out of range.
 
     Example:
         >>> import torch
@@ -388,7 +481,37 @@ def recall(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Recall ``tp / (tp + fn)`` (see :class:`torchmetrics_diff.classification.Recall`).
+    """Recall ``tp / (tp + fn)`` of a batch.
+
+    The functional form of :class:`~torchmetrics_diff.Recall`; no collective.
+
+    Args:
+        preds: predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside
+            ``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``.
+            ``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``.
+            ``multilabel``: ``(N, L, ...)``, each label as in ``binary``.
+        target: integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in
+            ``[0, C)``) or ``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
+        num_classes: ``C``, required for ``multiclass``. Default ``None``.
+        num_labels: ``L``, required for ``multilabel``. Default ``None``.
+        average: ``"micro"`` (default: pool the counts of every class or label), ``"macro"`` (mean of the
+            per-class scores; for ``multiclass`` the classes absent from both targets and predictions are left
+            out, as in torchmetrics), ``"weighted"`` (per-class scores weighted by their support ``tp + fn``),
+            ``"none"`` or ``None`` (one score per class or label). Ignored for ``binary``.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
+        zero_division: ``0`` (default, as torchmetrics) or ``1``: the score where its denominator is zero.
+
+    Returns:
+        A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
+        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``. No gradient (it is counts).
+
+    Raises:
+        ValueError: an unknown ``task``, ``average`` or ``zero_division``, a ``threshold`` outside ``[0, 1]``,
+            a missing or non-positive ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with
+            ``validate_args``) labels out of range.
 
     Example:
         >>> import torch
@@ -411,7 +534,37 @@ def f1_score(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """F1 score ``2 tp / (2 tp + fp + fn)`` (see :class:`torchmetrics_diff.classification.F1Score`).
+    """F1 score ``2 tp / (2 tp + fp + fn)`` of a batch.
+
+    The functional form of :class:`~torchmetrics_diff.F1Score`; no collective.
+
+    Args:
+        preds: predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside
+            ``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``.
+            ``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``.
+            ``multilabel``: ``(N, L, ...)``, each label as in ``binary``.
+        target: integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in
+            ``[0, C)``) or ``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
+        num_classes: ``C``, required for ``multiclass``. Default ``None``.
+        num_labels: ``L``, required for ``multilabel``. Default ``None``.
+        average: ``"micro"`` (default: pool the counts of every class or label), ``"macro"`` (mean of the
+            per-class scores; for ``multiclass`` the classes absent from both targets and predictions are left
+            out, as in torchmetrics), ``"weighted"`` (per-class scores weighted by their support ``tp + fn``),
+            ``"none"`` or ``None`` (one score per class or label). Ignored for ``binary``.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
+        zero_division: ``0`` (default, as torchmetrics) or ``1``: the score where its denominator is zero.
+
+    Returns:
+        A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
+        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``. No gradient (it is counts).
+
+    Raises:
+        ValueError: an unknown ``task``, ``average`` or ``zero_division``, a ``threshold`` outside ``[0, 1]``,
+            a missing or non-positive ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with
+            ``validate_args``) labels out of range.
 
     Example:
         >>> import torch
@@ -464,7 +617,34 @@ def confusion_matrix(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Confusion matrix (see :class:`torchmetrics_diff.classification.ConfusionMatrix`).
+    """Confusion matrix of a batch: rows are targets, columns predictions.
+
+    The functional form of :class:`~torchmetrics_diff.ConfusionMatrix`; no collective.
+
+    Args:
+        preds: predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside
+            ``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``.
+            ``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``.
+            ``multilabel``: ``(N, L, ...)``, each label as in ``binary``.
+        target: integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in
+            ``[0, C)``) or ``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
+        num_classes: ``C``, required for ``multiclass``. Default ``None``.
+        num_labels: ``L``, required for ``multilabel``. Default ``None``.
+        normalize: ``None`` or ``"none"`` (default: counts), ``"true"`` (each row sums to 1), ``"pred"`` (each
+            column sums to 1) or ``"all"`` (the matrix sums to 1); an all-zero row or column gives zeros.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
+
+    Returns:
+        Shape ``(2, 2)`` for ``binary`` (``[[tn, fp], [fn, tp]]``), ``(C, C)`` for ``multiclass``, ``(L, 2, 2)``
+        for ``multilabel``: ``int64`` counts, or floating (the default dtype) when normalized.
+
+    Raises:
+        ValueError: an unknown ``task`` or ``normalize``, a ``threshold`` outside ``[0, 1]``, a missing or
+            non-positive ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with ``validate_args``)
+            labels out of range.
 
     Example:
         >>> import torch
@@ -541,7 +721,26 @@ def auroc(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Exact binary AUROC (see :class:`torchmetrics_diff.classification.AUROC`).
+    """Exact area under the ROC curve of a batch (binary only).
+
+    The Mann-Whitney statistic, with tied scores sharing their mean rank: it equals the trapezoidal area under the
+    exact ROC curve (no binning). The functional form of :class:`~torchmetrics_diff.AUROC`; no collective.
+
+    Args:
+        preds: floating scores of shape ``(N, ...)``: probabilities, or logits (any value outside ``[0, 1]``: a
+            sigmoid is applied first).
+        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
+        task: only ``"binary"`` (the default) is implemented.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check that the targets lie in ``{0, 1}``. Default ``True``.
+
+    Returns:
+        A 0-d tensor in the default dtype (float32), without gradient; 0, with a ``UserWarning``, when the kept
+        targets hold no positive or no negative.
+
+    Raises:
+        ValueError: a ``task`` other than ``"binary"``, tensors of different shapes, integer ``preds``, or (with
+            ``validate_args``) targets outside ``{0, 1}``.
 
     Example:
         >>> import torch

@@ -113,7 +113,10 @@ def clip_loss(img: Tensor, txt: Tensor, logit_scale: Scalar) -> Tensor:
         logit_scale: the multiplier of the similarities (not its logarithm), a number or 0-d tensor.
 
     Returns:
-        The loss, a 0-d tensor (``0`` for an empty batch).
+        The loss, a 0-d tensor (float64 for float64 inputs, else float32; ``0`` for an empty batch).
+
+    Raises:
+        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, or a bad ``logit_scale``.
 
     Example:
         >>> import torch
@@ -197,10 +200,13 @@ def info_nce_loss(z1: Tensor, z2: Tensor, temperature: Scalar = 0.1) -> Tensor:
     Args:
         z1: first view (N, D).
         z2: second view (N, D).
-        temperature: the divisor of the cosine similarities, a positive number or 0-d tensor.
+        temperature: the divisor of the cosine similarities, a positive number or 0-d tensor. Default ``0.1``.
 
     Returns:
-        The loss, a 0-d tensor (``0`` for an empty batch).
+        The loss, a 0-d tensor (float64 for float64 inputs, else float32; ``0`` for an empty batch).
+
+    Raises:
+        ValueError: views that are not floating ``(N, D)`` tensors of one shape, or a non-positive ``temperature``.
 
     Example:
         >>> import torch
@@ -313,11 +319,15 @@ def supcon_loss(features: Tensor, labels: Tensor | None = None, temperature: Sca
 
     Args:
         features: (N, D), or (N, V, D) for V views per sample.
-        labels: integer labels (N,); ``None`` makes each sample its own class.
-        temperature: the divisor of the cosine similarities, a positive number or 0-d tensor.
+        labels: integer labels (N,); ``None`` makes each sample its own class. Default ``None``.
+        temperature: the divisor of the cosine similarities, a positive number or 0-d tensor. Default ``0.1``.
 
     Returns:
-        The loss, a 0-d tensor.
+        The loss, a 0-d tensor (float64 for float64 inputs, else float32; ``0`` when no anchor has a positive).
+
+    Raises:
+        ValueError: ``features`` that is not a floating ``(N, D)`` or ``(N, V, D)`` tensor, ``labels`` that are not
+            integers of shape ``(N,)``, or a non-positive ``temperature``.
 
     Example:
         >>> import torch
@@ -382,7 +392,12 @@ def siglip_loss(img: Tensor, txt: Tensor, logit_scale: Scalar, logit_bias: Scala
         logit_bias: the bias ``b`` added to the logits.
 
     Returns:
-        ``-sum_ij log sigmoid(z_ij * (t * img_i . txt_j + b)) / N``, a 0-d tensor (``0`` when empty).
+        ``-sum_ij log sigmoid(z_ij * (t * img_i . txt_j + b)) / N``, a 0-d tensor (float64 for float64 inputs,
+        else float32; ``0`` when empty).
+
+    Raises:
+        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, or a bad ``logit_scale`` or
+            ``logit_bias``.
 
     Example:
         >>> import torch

@@ -77,10 +77,10 @@ def clip_sum(
         img: this rank's image embeddings (n, D), global rows ``[row_start, row_start + n)``.
         txt_all: every rank's text embeddings (N, D), in rank order (this rank's own rows included).
         scale: the logit scale, a number or a 0-d tensor (differentiable).
-        row_start: global index of this rank's first row.
+        row_start: global index of this rank's first row. Default ``0``.
         sharded: ``False``: ``img`` holds every row (``row_start = 0``, ``n = N``), no communication, the result
             is the full-batch sum with its exact gradient. ``True``: the other rows are on the other ranks of
-            ``group``, which call this function alike.
+            ``group``, which call this function alike. Default ``False``.
         group: the process group with ``sharded=True`` (``None``: the default group).
 
     Returns:
@@ -90,6 +90,9 @@ def clip_sum(
         gradient into its share, as any use of the global value does. With ``sharded=True`` call it on every
         rank of ``group`` in the same order (it all-gathers ``N`` numbers in forward; the backward communicates
         nothing).
+
+    The inputs are not validated (this is the kernel :func:`global_clip_loss` runs after its checks): mismatched
+    shapes fail inside torch.
 
     Example:
         >>> import torch
@@ -200,14 +203,33 @@ def global_clip_loss(
     N numbers per rank), and both directions' gradients from the one block (:func:`clip_sum`). ``"replicated"``
     computes the whole (N, N) block on every rank, by the same one-pass kernel.
 
+    It issues collectives: every rank of ``group`` must call it, with its own rows (counts may differ between
+    ranks, zero included).
+
     Args:
-        image_embeds: local image embeddings (B, D), used as given (normalize in the model).
-        text_embeds: local text embeddings (B, D); row i pairs with image row i.
-        logit_scale: the multiplier of the similarities (e.g. ``model.logit_scale.exp()``).
-        strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/ring`).
-        group: the process group.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
+        image_embeds: this rank's image embeddings ``(B, D)``, floating, used as given (normalize them in the
+            model).
+        text_embeds: this rank's text embeddings ``(B, D)``, of the shape, dtype and device of
+            ``image_embeds``; row i pairs with image row i.
+        logit_scale: the multiplier of the similarities (e.g. ``model.logit_scale.exp()``): a number, or a
+            floating tensor of one element (0-d or shape ``(1,)``), which gets its gradient.
+        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`,
+            :doc:`/guide/ring`).
+        group: the process group (default ``None``: the default group). Without an initialised process group,
+            or with one rank, the loss of the local rows and no collective.
+        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
+            ``"sum"``.
+        tile: with ``"ring"``, candidate columns per logit tile, a positive int (default ``None``: 64); the
+            other strategies ignore it.
+
+    Returns:
+        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
+        inputs (and the tensor scalars): float64 for float64 inputs, else float32.
+
+    Raises:
+        ValueError: embeddings that are not floating ``(B, D)`` tensors of one shape, a bad
+            ``logit_scale``, an unknown ``strategy`` or ``grad_reduction``, or (``"ring"``) a bad ``tile``;
+            under a process group, on every rank.
 
     Example:
         >>> import torch
@@ -232,6 +254,33 @@ def global_info_nce_loss(
     tile: int | None = None,
 ) -> Tensor:
     """NT-Xent (SimCLR) loss of the global batch: 2N anchors, each against all other 2N - 1 embeddings.
+
+    The anchors of ``z1`` have their positive in ``z2`` and the reverse; similarities are cosine similarities
+    divided by ``temperature``. It issues collectives: every rank of ``group`` must call it, with its own rows
+    (counts may differ between ranks, zero included).
+
+    Args:
+        z1: this rank's embeddings of the first view ``(B, D)``, floating (L2-normalized inside).
+        z2: the second view ``(B, D)``, of the shape, dtype and device of ``z1``; row i is the same sample.
+        temperature: the divisor of the similarities, positive: a number or a one-element floating tensor
+            (default 0.1).
+        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`,
+            :doc:`/guide/ring`).
+        group: the process group (default ``None``: the default group). Without an initialised process group,
+            or with one rank, the loss of the local rows and no collective.
+        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
+            ``"sum"``.
+        tile: with ``"ring"``, candidate columns per logit tile, a positive int (default ``None``: 64); the
+            other strategies ignore it.
+
+    Returns:
+        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
+        inputs (and the tensor scalars): float64 for float64 inputs, else float32.
+
+    Raises:
+        ValueError: views that are not floating ``(B, D)`` tensors of one shape, a non-positive
+            ``temperature``, an unknown ``strategy`` or ``grad_reduction``, or (``"ring"``) a bad ``tile``;
+            under a process group, on every rank.
 
     Example:
         >>> import torch
@@ -258,14 +307,34 @@ def global_supcon_loss(
 ) -> Tensor:
     """Supervised contrastive loss of the global batch; labels are gathered too (without gradient).
 
+    It issues collectives: every rank of ``group`` must call it, with its own rows (counts may differ between
+    ranks, zero included).
+
     Args:
-        features: local features (B, D) or (B, V, D) with V views per sample.
-        labels: local integer labels (B,); ``None``: every sample its own class.
-        temperature: the divisor of the cosine similarities.
-        strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/ring`).
-        group: the process group.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
+        features: this rank's features, floating, ``(B, D)`` or ``(B, V, D)`` with ``V`` views per sample
+            (L2-normalized inside).
+        labels: this rank's integer labels ``(B,)``; ``None`` (default): every sample its own class (the
+            views of a sample are its positives). ``None`` on every rank or on none.
+        temperature: the divisor of the cosine similarities, positive: a number or a one-element floating
+            tensor (default 0.1).
+        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`,
+            :doc:`/guide/ring`).
+        group: the process group (default ``None``: the default group). Without an initialised process group,
+            or with one rank, the loss of the local rows and no collective.
+        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
+            ``"sum"``.
+        tile: with ``"ring"``, candidate columns per logit tile, a positive int (default ``None``: 64); the
+            other strategies ignore it.
+
+    Returns:
+        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
+        inputs (and the tensor scalars): float64 for float64 inputs, else float32.
+
+    Raises:
+        ValueError: ``features`` that is not a floating ``(B, D)`` or ``(B, V, D)`` tensor, ``labels``
+            that are not integers of shape ``(B,)``, a non-positive ``temperature``, an unknown ``strategy`` or
+            ``grad_reduction``, or (``"ring"``) a bad ``tile``; under a process group, on every rank.
+        RuntimeError: ``labels`` given on some ranks and ``None`` on others (raised on every rank).
 
     Example:
         >>> import torch
@@ -295,6 +364,37 @@ def global_siglip_loss(
 ) -> Tensor:
     """Pairwise sigmoid (SigLIP) loss of the global batch, normalized by the global row count.
 
+    Every image-text pair of the global batch is a binary classification (positive on the diagonal) of the
+    logit ``logit_scale · ⟨img, txt⟩ + logit_bias``; the summed log-sigmoid losses are divided by the global
+    number of rows. It issues collectives: every rank of ``group`` must call it, with its own rows (counts may
+    differ between ranks, zero included).
+
+    Args:
+        image_embeds: this rank's image embeddings ``(B, D)``, floating, used as given (normalize them in the
+            model).
+        text_embeds: this rank's text embeddings ``(B, D)``, of the shape, dtype and device of
+            ``image_embeds``; row i pairs with image row i.
+        logit_scale: the multiplier of the similarities (e.g. ``model.logit_scale.exp()``): a number or a
+            one-element floating tensor, which gets its gradient.
+        logit_bias: the bias added to every logit: a number or a one-element floating tensor.
+        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`,
+            :doc:`/guide/ring`).
+        group: the process group (default ``None``: the default group). Without an initialised process group,
+            or with one rank, the loss of the local rows and no collective.
+        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
+            ``"sum"``.
+        tile: with ``"ring"``, candidate columns per logit tile, a positive int (default ``None``: 64); the
+            other strategies ignore it.
+
+    Returns:
+        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
+        inputs (and the tensor scalars): float64 for float64 inputs, else float32.
+
+    Raises:
+        ValueError: embeddings that are not floating ``(B, D)`` tensors of one shape, a bad
+            ``logit_scale`` or ``logit_bias``, an unknown ``strategy`` or ``grad_reduction``, or (``"ring"``) a
+            bad ``tile``; under a process group, on every rank.
+
     Example:
         >>> import torch
         >>> global_siglip_loss(torch.eye(2), torch.eye(2), 10.0, -5.0)
@@ -321,6 +421,28 @@ def global_barlow_twins_loss(
 
     One differentiable all-reduce of ``D² + 4D + 1`` numbers, whatever the batch size: the exact global
     cross-correlation (not per-rank batch normalization).
+
+    It issues collectives: every rank of ``group`` must call it, with its own rows (counts may differ between
+    ranks, zero included).
+
+    Args:
+        za: this rank's embeddings of the first view ``(B, D)``, floating (the batch normalization over the
+            global batch happens inside).
+        zb: the second view ``(B, D)``, of the shape, dtype and device of ``za``; row i is the same sample.
+        lambda_offdiag: the weight of the off-diagonal terms (default ``5e-3``).
+        eps: added to the variances before the square root of the normalization (default ``1e-5``).
+        group: the process group (default ``None``: the default group). Without an initialised process group,
+            or with one rank, the loss of the local rows and no collective.
+        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
+            ``"sum"``.
+
+    Returns:
+        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
+        inputs (and the tensor scalars): float64 for float64 inputs, else float32.
+
+    Raises:
+        ValueError: views that are not floating ``(B, D)`` tensors of one shape, or an unknown
+            ``grad_reduction``; under a process group, on every rank.
 
     Example:
         >>> import torch
@@ -357,11 +479,21 @@ def global_weighted_mean(
         values: per-element losses, any shape.
         weight: weights broadcastable to ``values`` (``None``: 1).
         mask: bool mask broadcastable to ``values``; masked elements are excluded (NaN there is harmless).
+            Default ``None``.
         total: the global denominator when it is known in advance (gradient accumulation: the weight of
             every micro-batch of the optimizer step on every rank); the value is then this call's global
-            weighted sum over ``total``, and the values of the step's calls add up to the step's loss.
-        group: the process group.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
+            weighted sum over ``total``, and the values of the step's calls add up to the step's loss. Default ``None``.
+        group: the process group. Default ``None``.
+        grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.
+
+    Returns:
+        The 0-d value, identical on every rank, differentiable with respect to the local inputs: float64 for
+        float64 inputs, else float32; 0 when the denominator is 0. Without an initialised process group, or
+        with one rank, the local value and no collective.
+
+    Raises:
+        ValueError: ``weight`` or ``mask`` not broadcastable to ``values``, or an unknown ``grad_reduction``; under a
+            process group, on every rank.
 
     Example:
         >>> import torch
@@ -388,11 +520,21 @@ def global_token_cross_entropy(
     Args:
         logits: (..., C), the class dimension last.
         target: (...) class indices; ``ignore_index`` marks padding.
-        ignore_index: target value to skip.
-        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`.
+        ignore_index: target value to skip. Default ``-100``.
+        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`. Default ``0.0``.
         total: the global number of valid tokens of the whole optimizer step, when accumulating gradients.
-        group: the process group.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``.
+            Default ``None``.
+        group: the process group. Default ``None``.
+        grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.
+
+    Returns:
+        The 0-d value, identical on every rank, differentiable with respect to the local inputs: float64 for
+        float64 inputs, else float32; 0 when the denominator is 0. Without an initialised process group, or
+        with one rank, the local value and no collective.
+
+    Raises:
+        ValueError: ``logits`` and ``target`` of mismatched shapes or dtypes, a bad ``label_smoothing``, or an unknown
+            ``grad_reduction``; under a process group, on every rank.
 
     Example:
         >>> import torch

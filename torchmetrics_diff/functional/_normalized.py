@@ -23,9 +23,9 @@ def weighted_mean_block(
 
     Args:
         values: any shape; non-floating values are cast to the default float dtype.
-        weight: broadcastable to ``values``' shape; ``None`` means 1.
+        weight: broadcastable to ``values``' shape; ``None`` means 1. Default ``None``.
         mask: bool, broadcastable to ``values``' shape; masked-out elements count as weight 0 and are
-            excluded with ``torch.where``, so non-finite values there (padding) do not leak in.
+            excluded with ``torch.where``, so non-finite values there (padding) do not leak in. Default ``None``.
 
     Returns:
         ``(sum(values * weight), sum(weight))``: 0-d tensors in at least float32 (half-precision values are
@@ -75,11 +75,15 @@ def weighted_mean(
 
     Args:
         values: any shape.
-        weight: broadcastable to ``values``' shape; ``None`` means 1.
-        mask: bool, broadcastable to ``values``' shape; equivalent to a 0/1 weight.
+        weight: broadcastable to ``values``' shape; ``None`` means 1. Default ``None``.
+        mask: bool, broadcastable to ``values``' shape; equivalent to a 0/1 weight. Default ``None``.
 
     Returns:
-        A 0-d tensor.
+        A 0-d tensor (float64 for float64 values, else float32).
+
+    Raises:
+        ValueError: a ``weight`` not broadcastable to ``values``, or a ``mask`` that is not a bool tensor
+            broadcastable to ``values``.
 
     Example:
         >>> import torch
@@ -100,8 +104,8 @@ def token_cross_entropy_block(
     Args:
         logits: unnormalized scores (..., C), the class dimension last.
         target: class indices (...), the shape of ``logits`` without its last dimension.
-        ignore_index: target value of tokens to skip (padding).
-        label_smoothing: in ``[0, 1]``, as in :func:`torch.nn.functional.cross_entropy`.
+        ignore_index: target value of tokens to skip (padding). Default ``-100``.
+        label_smoothing: in ``[0, 1]``, as in :func:`torch.nn.functional.cross_entropy`. Default ``0.0``.
 
     Returns:
         ``(loss_sum, count)``: 0-d tensors in at least float32; ``count`` is the number of tokens whose target
@@ -155,11 +159,15 @@ def token_cross_entropy(
     Args:
         logits: unnormalized scores (..., C), the class dimension last.
         target: class indices (...).
-        ignore_index: target value of tokens to skip (padding).
-        label_smoothing: in ``[0, 1]``, as in :func:`torch.nn.functional.cross_entropy`.
+        ignore_index: target value of tokens to skip (padding). Default ``-100``.
+        label_smoothing: in ``[0, 1]``, as in :func:`torch.nn.functional.cross_entropy`. Default ``0.0``.
 
     Returns:
-        A 0-d tensor.
+        A 0-d tensor (float64 for float64 logits, else float32).
+
+    Raises:
+        ValueError: ``target`` that is not an integer tensor of ``logits``' shape without its last dimension,
+            or a ``label_smoothing`` outside ``[0, 1]``.
 
     Example:
         >>> import torch

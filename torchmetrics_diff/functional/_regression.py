@@ -103,7 +103,25 @@ def mean_squared_error_from_stats(sum_sq: torch.Tensor, count: torch.Tensor, squ
 def mean_squared_error(
     preds: torch.Tensor, target: torch.Tensor, squared: bool = True, num_outputs: int = 1
 ) -> torch.Tensor:
-    """Mean squared error (root mean squared error with ``squared=False``), per output when ``num_outputs > 1``.
+    """Mean squared error ``Σ (preds - target)² / N`` (its square root with ``squared=False``) of a batch.
+
+    The functional form of :class:`~torchmetrics_diff.MeanSquaredError`; no collective; differentiable.
+
+    Args:
+        preds: predictions, a real floating or integer tensor. With ``num_outputs=1`` any shape (every element
+            is one observation); else ``(N, num_outputs)``.
+        target: targets of the shape of ``preds``.
+        squared: ``True`` (default) for the MSE, ``False`` for the root mean squared error.
+        num_outputs: the number of outputs ``M``, scored separately. Default 1.
+
+    Returns:
+        0-d with one output, else shape ``(num_outputs,)``, NaN for empty inputs.
+        The dtype is the inputs' for float32 and float64 inputs, float32 for half-precision ones, the default
+        dtype for integer ones.
+
+    Raises:
+        ValueError: ``preds`` and ``target`` of different shapes, complex or boolean tensors, a non-positive
+            ``num_outputs``, or a shape that is not ``(N, num_outputs)``.
 
     Example:
         >>> import torch
@@ -127,7 +145,24 @@ def mean_absolute_error_from_stats(sum_abs: torch.Tensor, count: torch.Tensor) -
 
 
 def mean_absolute_error(preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1) -> torch.Tensor:
-    """Mean absolute error, per output when ``num_outputs > 1``.
+    """Mean absolute error ``Σ |preds - target| / N`` of a batch.
+
+    The functional form of :class:`~torchmetrics_diff.MeanAbsoluteError`; no collective; differentiable.
+
+    Args:
+        preds: predictions, a real floating or integer tensor. With ``num_outputs=1`` any shape (every element
+            is one observation); else ``(N, num_outputs)``.
+        target: targets of the shape of ``preds``.
+        num_outputs: the number of outputs ``M``, scored separately. Default 1.
+
+    Returns:
+        0-d with one output, else shape ``(num_outputs,)``, NaN for empty inputs.
+        The dtype is the inputs' for float32 and float64 inputs, float32 for half-precision ones, the default
+        dtype for integer ones.
+
+    Raises:
+        ValueError: ``preds`` and ``target`` of different shapes, complex or boolean tensors, a non-positive
+            ``num_outputs``, or a shape that is not ``(N, num_outputs)``.
 
     Example:
         >>> import torch
@@ -209,7 +244,28 @@ def r2_score_from_stats(
 def r2_score(
     preds: torch.Tensor, target: torch.Tensor, adjusted: int = 0, multioutput: str = "uniform_average"
 ) -> torch.Tensor:
-    """Coefficient of determination ``1 - Σ (t - p)² / Σ (t - t̄)²``; ``preds`` of shape ``(N,)`` or ``(N, M)``.
+    """Coefficient of determination ``1 - Σ (t - p)² / Σ (t - t̄)²`` of a batch.
+
+    The functional form of :class:`~torchmetrics_diff.R2Score`; no collective; differentiable. Like torchmetrics,
+    an output whose residual sum is ~0 (``<= 1e-4``) scores 1, one whose target is ~constant but residual is not
+    scores 0.
+
+    Args:
+        preds: predictions of shape ``(N,)`` or ``(N, M)`` (``M`` outputs), real floating or integer.
+        target: targets of the shape of ``preds``.
+        adjusted: the number of regressors ``k`` of the adjusted R², ``1 - (1 - R²)(N - 1)/(N - k - 1)``;
+            0 (default) for the plain R². With ``k >= N - 1`` the plain R² is returned, with a ``UserWarning``.
+        multioutput: how ``M`` outputs combine: ``"uniform_average"`` (default: their mean), ``"raw_values"``
+            (one score per output) or ``"variance_weighted"`` (weighted by each target's variance).
+
+    Returns:
+        0-d, or shape ``(M,)`` with ``multioutput="raw_values"``.
+        The dtype is the inputs' for float32 and float64 inputs, float32 for half-precision ones, the default
+        dtype for integer ones.
+
+    Raises:
+        ValueError: fewer than two observations, shapes that differ or are not ``(N,)``/``(N, M)``, a negative
+            or non-int ``adjusted``, or an unknown ``multioutput``.
 
     Example:
         >>> import torch
@@ -259,7 +315,23 @@ def pearson_corrcoef_from_stats(stats: torch.Tensor) -> torch.Tensor:
 
 
 def pearson_corrcoef(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Pearson correlation coefficient of ``(N,)`` inputs, or per column of ``(N, M)`` inputs (float64 sums).
+    """Pearson correlation coefficient of a batch, per column of ``(N, M)`` inputs.
+
+    The functional form of :class:`~torchmetrics_diff.PearsonCorrCoef`; no collective; differentiable. The six
+    sums it is computed from are accumulated in float64, whatever the inputs' dtype.
+
+    Args:
+        preds: predictions of shape ``(N,)`` or ``(N, M)``, real floating or integer.
+        target: targets of the shape of ``preds``.
+
+    Returns:
+        0-d for ``(N,)`` inputs, else shape ``(M,)``, in [-1, 1]; NaN, with a ``UserWarning``, where the
+        variance of ``preds`` or ``target`` is zero (or lost to rounding).
+        The dtype is the inputs' for float32 and float64 inputs, float32 for half-precision ones, the default
+        dtype for integer ones.
+
+    Raises:
+        ValueError: shapes that differ or are not ``(N,)``/``(N, M)``, or complex or boolean tensors.
 
     Example:
         >>> import torch
@@ -287,7 +359,23 @@ def check_cosine_reduction(reduction: str | None) -> None:
 
 
 def cosine_similarity(preds: torch.Tensor, target: torch.Tensor, reduction: str | None = "sum") -> torch.Tensor:
-    """Cosine similarity of the rows of ``preds`` and ``target`` (``(N, D)``), summed, averaged or per row.
+    """Cosine similarity ``⟨p, t⟩ / (|p| |t|)`` of the rows of a batch, summed, averaged or per row.
+
+    The functional form of :class:`~torchmetrics_diff.CosineSimilarity`; no collective; differentiable.
+
+    Args:
+        preds: predictions of shape ``(N, D)``, real floating or integer.
+        target: targets of shape ``(N, D)``.
+        reduction: ``"sum"`` (default) over the rows, ``"mean"``, or ``"none"``/``None`` (one value per row).
+
+    Returns:
+        0-d, or shape ``(N,)`` without reduction; a zero row gives NaN.
+        The dtype is the inputs' for float32 and float64 inputs, float32 for half-precision ones, the default
+        dtype for integer ones.
+
+    Raises:
+        ValueError: tensors that are not of one ``(N, D)`` shape, complex or boolean tensors, or an unknown
+            ``reduction``.
 
     Example:
         >>> import torch

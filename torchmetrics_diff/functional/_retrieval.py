@@ -166,7 +166,25 @@ def retrieval_ranks(
     normalize: bool = True,
     chunk_size: int = 1024,
 ) -> dict[str, torch.Tensor]:
-    """Per direction, the rank of each query's best positive: ``{"i2t": (N,), "t2i": (N,)}`` (``int64``).
+    """Per direction, the rank of each query's best positive (1 is best).
+
+    No collective; no gradient. See the module's definitions of rank, R@k and AP@k (:doc:`/metrics/retrieval`).
+
+    Args:
+        image: image embeddings of shape ``(N, D)``, floating; row ``i`` pairs with row ``i`` of ``text``.
+        text: text embeddings of shape ``(N, D)`` (the shape of ``image``).
+        labels: optional integer labels ``>= 0`` of shape ``(N,)``: gallery items sharing the query's label are
+            positives too. Default ``None``: only the query's own pair.
+        directions: the directions to score, a subset of ``("i2t", "t2i")`` (default both).
+        normalize: L2-normalize the rows first, so scores are cosine similarities (default ``True``).
+        chunk_size: queries scored at a time; memory is ``O(chunk_size × N)``. Default 1024.
+
+    Returns:
+        ``{"i2t": ranks, "t2i": ranks}`` (the requested directions), each ``int64`` of shape ``(N,)``.
+
+    Raises:
+        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+            direction, or a non-positive ``chunk_size``.
 
     Example:
         >>> import torch
@@ -193,7 +211,27 @@ def retrieval_recall_at_k(
     normalize: bool = True,
     chunk_size: int = 1024,
 ) -> dict[str, torch.Tensor]:
-    """Recall@k per direction and k, keyed ``"i2t_R@1"``, ``"t2i_R@5"``, ...
+    """Recall@k per direction and k: the fraction of queries with a positive among the top k.
+
+    No collective; no gradient. See the module's definitions of rank, R@k and AP@k (:doc:`/metrics/retrieval`).
+
+    Args:
+        image: image embeddings of shape ``(N, D)``, floating; row ``i`` pairs with row ``i`` of ``text``.
+        text: text embeddings of shape ``(N, D)`` (the shape of ``image``).
+        labels: optional integer labels ``>= 0`` of shape ``(N,)``: gallery items sharing the query's label are
+            positives too. Default ``None``: only the query's own pair.
+        top_k: one ``k`` or a sequence of them (default ``(1, 5, 10)``), positive ints.
+        directions: the directions to score, a subset of ``("i2t", "t2i")`` (default both).
+        normalize: L2-normalize the rows first, so scores are cosine similarities (default ``True``).
+        chunk_size: queries scored at a time; memory is ``O(chunk_size × N)``. Default 1024.
+
+    Returns:
+        ``{"i2t_R@1": value, "t2i_R@5": value, ...}``, one 0-d tensor in the default dtype per direction and
+        ``k``; NaN without queries.
+
+    Raises:
+        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+            direction, or a non-positive ``chunk_size``, or a bad ``top_k``.
 
     Example:
         >>> import torch
@@ -230,7 +268,26 @@ def retrieval_mean_rank(
     normalize: bool = True,
     chunk_size: int = 1024,
 ) -> dict[str, torch.Tensor]:
-    """Mean rank of the best positive per direction, keyed ``"i2t_mean_rank"``, ``"t2i_mean_rank"``.
+    """Mean rank of the best positive, per direction.
+
+    No collective; no gradient. See the module's definitions of rank, R@k and AP@k (:doc:`/metrics/retrieval`).
+
+    Args:
+        image: image embeddings of shape ``(N, D)``, floating; row ``i`` pairs with row ``i`` of ``text``.
+        text: text embeddings of shape ``(N, D)`` (the shape of ``image``).
+        labels: optional integer labels ``>= 0`` of shape ``(N,)``: gallery items sharing the query's label are
+            positives too. Default ``None``: only the query's own pair.
+        directions: the directions to score, a subset of ``("i2t", "t2i")`` (default both).
+        normalize: L2-normalize the rows first, so scores are cosine similarities (default ``True``).
+        chunk_size: queries scored at a time; memory is ``O(chunk_size × N)``. Default 1024.
+
+    Returns:
+        ``{"i2t_mean_rank": value, "t2i_mean_rank": value}``, 0-d tensors in the default dtype; NaN without
+        queries.
+
+    Raises:
+        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+            direction, or a non-positive ``chunk_size``.
 
     Example:
         >>> import torch
@@ -250,7 +307,26 @@ def retrieval_median_rank(
     normalize: bool = True,
     chunk_size: int = 1024,
 ) -> dict[str, torch.Tensor]:
-    """Median rank of the best positive per direction, keyed ``"i2t_median_rank"``, ``"t2i_median_rank"``.
+    """Median rank of the best positive, per direction (the mean of the two middle ranks for an even count).
+
+    No collective; no gradient. See the module's definitions of rank, R@k and AP@k (:doc:`/metrics/retrieval`).
+
+    Args:
+        image: image embeddings of shape ``(N, D)``, floating; row ``i`` pairs with row ``i`` of ``text``.
+        text: text embeddings of shape ``(N, D)`` (the shape of ``image``).
+        labels: optional integer labels ``>= 0`` of shape ``(N,)``: gallery items sharing the query's label are
+            positives too. Default ``None``: only the query's own pair.
+        directions: the directions to score, a subset of ``("i2t", "t2i")`` (default both).
+        normalize: L2-normalize the rows first, so scores are cosine similarities (default ``True``).
+        chunk_size: queries scored at a time; memory is ``O(chunk_size × N)``. Default 1024.
+
+    Returns:
+        ``{"i2t_median_rank": value, "t2i_median_rank": value}``, 0-d tensors in the default dtype; NaN without
+        queries.
+
+    Raises:
+        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+            direction, or a non-positive ``chunk_size``.
 
     Example:
         >>> import torch
@@ -271,7 +347,26 @@ def retrieval_map_at_k(
     normalize: bool = True,
     chunk_size: int = 1024,
 ) -> dict[str, torch.Tensor]:
-    """Mean average precision over the top ``top_k`` per direction, keyed ``"i2t_mAP@10"``, ...
+    """Mean average precision over the top ``top_k`` gallery items, per direction.
+
+    No collective; no gradient. See the module's definitions of rank, R@k and AP@k (:doc:`/metrics/retrieval`).
+
+    Args:
+        image: image embeddings of shape ``(N, D)``, floating; row ``i`` pairs with row ``i`` of ``text``.
+        text: text embeddings of shape ``(N, D)`` (the shape of ``image``).
+        labels: optional integer labels ``>= 0`` of shape ``(N,)``: gallery items sharing the query's label are
+            positives too. Default ``None``: only the query's own pair.
+        top_k: ``k``, one positive int (default 10).
+        directions: the directions to score, a subset of ``("i2t", "t2i")`` (default both).
+        normalize: L2-normalize the rows first, so scores are cosine similarities (default ``True``).
+        chunk_size: queries scored at a time; memory is ``O(chunk_size × N)``. Default 1024.
+
+    Returns:
+        ``{"i2t_mAP@<k>": value, "t2i_mAP@<k>": value}``, 0-d tensors in the default dtype; NaN without queries.
+
+    Raises:
+        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+            direction, or a non-positive ``chunk_size``, or a bad ``top_k``.
 
     Example:
         >>> import torch

@@ -173,18 +173,27 @@ def global_rows_loss(
     The building block of every contrastive loss here; use it for your own.
 
     Args:
-        views: tensors with the same number of rows (the local samples), e.g. ``(img, txt)``.
+        views: this rank's tensors ``(n, ...)`` with the same number of rows ``n`` (the local samples), e.g.
+            ``(img, txt)``; ``n`` may differ between ranks, zero included. They travel in one collective.
         block: ``block(local_views, all_views, row_start) -> (loss_sum, count)``: the loss summed over the
-            anchors of rows ``[row_start, row_start + n)`` against all ``N`` global rows.
-        strategy: ``"replicated"`` or ``"sharded"`` (see :doc:`/guide/strategies`); ``"ring"`` needs a ring
-            kernel and is refused here.
-        group: the process group (``None``: default).
-        grad_reduction: ``"mean"`` when the trainer averages gradients over ranks (DDP), ``"sum"`` otherwise.
-        candidates: with ``"sharded"``, the indices of the views whose global rows ``block`` reads (the others are
-            not gathered and arrive as ``None``); default all.
+            anchors of rows ``[row_start, row_start + n)`` against all ``N`` global rows, and their count, two
+            0-d tensors; ``local_views`` are this rank's tensors (with their graph), ``all_views`` every rank's
+            rows ``(N, ...)`` in rank order.
+        strategy: ``"sharded"`` (default) or ``"replicated"`` (see :doc:`/guide/strategies`); ``"ring"`` needs
+            a ring kernel and is refused here.
+        group: the process group (default ``None``: the default group).
+        grad_reduction: ``"mean"`` (default) when the trainer averages gradients over ranks (DDP), ``"sum"``
+            otherwise.
+        candidates: with ``"sharded"``, the indices of the views whose global rows ``block`` reads (the others
+            are not gathered and arrive as ``None``); default ``None``: all.
 
     Returns:
-        The global loss ``Σ loss_sum / Σ count`` (``0`` when the global count is 0), identical on every rank.
+        The 0-d global loss ``Σ loss_sum / Σ count`` (``0`` when the global count is 0), identical on every
+        rank, in the dtype of ``block``'s sums.
+
+    Raises:
+        ValueError: an unknown ``strategy`` or ``grad_reduction``, or ``"ring"``; under a process group, on
+            every rank.
 
     Example:
         >>> import torch

@@ -46,7 +46,22 @@ def perplexity_from_stats(total: torch.Tensor, count: torch.Tensor) -> torch.Ten
 
 
 def perplexity(preds: torch.Tensor, target: torch.Tensor, ignore_index: int | None = None) -> torch.Tensor:
-    """Perplexity ``exp(mean -log p(target))`` of token logits ``(B, T, V)`` against ``(B, T)`` targets.
+    """Perplexity ``exp(mean -log p(target))`` of a batch of token predictions.
+
+    The functional form of :class:`~torchmetrics_diff.Perplexity`; no collective; differentiable.
+
+    Args:
+        preds: logits or log-probabilities of shape ``(B, T, V)``, floating (a log-softmax over ``V`` is applied;
+            it leaves log-probabilities unchanged; half-precision ``preds`` get it in float32).
+        target: token ids of shape ``(B, T)``, integer, in ``[0, V)`` or equal to ``ignore_index``.
+        ignore_index: target value whose tokens are left out. Default ``None``.
+
+    Returns:
+        A 0-d tensor, in the dtype of ``preds`` (float32 for half-precision ``preds``); NaN without tokens.
+
+    Raises:
+        ValueError: ``preds`` that is not a floating ``(B, T, V)`` tensor, ``target`` that is not an integer
+            ``(B, T)`` tensor, or target ids out of range.
 
     Example:
         >>> import torch

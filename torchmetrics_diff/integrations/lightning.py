@@ -35,7 +35,7 @@ def log_epoch(fabric: Any, metrics: Metric | MetricCollection, name: str | None 
         fabric: a ``lightning.fabric.Fabric``.
         metrics: a metric (logged as ``name``) or a collection (logged under its keys).
         name: the key of a single metric's value (default: its class name).
-        step: passed to ``fabric.log_dict``.
+        step: passed to ``fabric.log_dict``. Default ``None``.
 
     Returns:
         The computed value(s), after which ``metrics`` is reset.

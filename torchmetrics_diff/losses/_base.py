@@ -69,19 +69,47 @@ def value_dtype(loss: Any) -> torch.dtype:
 class GlobalBatchLoss(Metric):
     """Base of the losses: ``loss(*inputs)`` returns the global-batch loss; ``compute()`` the epoch mean.
 
-    Subclasses implement :meth:`_loss` (the value of one call, global when ``sync``) and a public ``forward``
-    and ``update`` with their real arguments, both handing those arguments by name to :meth:`_step` and
-    :meth:`_update_from`. Each call's detached value is recorded, and :meth:`compute` returns the mean of the
-    recorded values over steps (and ranks).
+    Each call's detached value is recorded, and :meth:`compute` returns the mean of the recorded values over
+    steps (and ranks).
+
+    Writing a loss: a subclass implements one method, ``_loss(self, <inputs>, *, sync: bool) -> Tensor``. It
+    receives the call's inputs by name (the tensors of this rank) and ``sync``: ``True`` when the call must
+    return the loss of every rank's rows (``dist_sync_on_step`` and a process group of more than one rank), in
+    which case it calls a ``global_*`` function of :mod:`torchmetrics_diff.functional` (or
+    :func:`~torchmetrics_diff.functional.global_rows_loss`) with ``strategy=self.strategy``,
+    ``group=self.process_group`` and ``grad_reduction=self.grad_reduction``; ``False``: the plain loss of the
+    local rows. It returns the loss as a 0-d floating tensor with its graph. The inherited :meth:`forward` and
+    :meth:`update` take the arguments of ``_loss`` (without ``sync``), record the value and, in ``forward``,
+    return it. The package's losses also override ``forward`` and
+    ``update`` to give them their real signatures and docstrings.
 
     Args:
-        strategy: ``"replicated"``, ``"sharded"`` or ``"ring"`` (see :doc:`/guide/strategies`, :doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64); it bounds the logits a rank
-            holds at a time to (B, tile).
+        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (see :doc:`/guide/strategies`,
+            :doc:`/guide/ring`).
+        tile: with ``"ring"``, candidate columns per logit tile (default ``None``: 64); it bounds the logits a
+            rank holds at a time to (B, tile). Must be a positive int or ``None``.
         dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
             plain local loss.
         kwargs: the other :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``,
             ``grad_reduction``, ...).
+
+    Raises:
+        ValueError: an unknown ``strategy``, a ``tile`` that is not a positive int, or a bad
+            :class:`~torchmetrics_diff.Metric` keyword argument.
+
+    Example:
+        >>> import torch
+        >>> import torch.nn.functional as F
+        >>> from torchmetrics_diff.losses import GlobalBatchLoss
+        >>> class MeanSquaredNorm(GlobalBatchLoss):
+        ...     def _loss(self, x, *, sync):
+        ...         return (x**2).sum(dim=1).mean()  # a local loss: ignores sync
+        >>> loss = MeanSquaredNorm(dist_sync_on_step=False)
+        >>> loss(torch.tensor([[1.0, 2.0], [0.0, 1.0]]))
+        tensor(3.)
+        >>> loss.update(torch.tensor([[2.0, 0.0]]))
+        >>> loss.compute()  # the mean of the two recorded values
+        tensor(3.5000)
     """
 
     is_differentiable = True
@@ -150,12 +178,27 @@ class GlobalBatchLoss(Metric):
         """The loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
 
         The losses of this package define ``forward`` with their own arguments; this generic form serves a
-        subclass that only implements :meth:`_loss`.
+        subclass that only implements ``_loss`` (see the class docstring).
+
+        Args:
+            args: the positional arguments of the subclass's ``_loss``, without ``sync``.
+            kwargs: its keyword arguments, without ``sync``.
+
+        Returns:
+            The 0-d loss ``_loss`` returned, with its graph.
+
+        Raises:
+            TypeError: arguments that do not bind to ``_loss``'s signature.
         """
         return self._step(**self._bind(args, kwargs))
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        """Record the loss of a batch without gradient (e.g. in validation)."""
+        """Record the loss of a batch without gradient (e.g. in validation); arguments as in :meth:`forward`.
+
+        Args:
+            args: as for :meth:`forward`.
+            kwargs: as for :meth:`forward`.
+        """
         self._update_from(**self._bind(args, kwargs))
 
     def _bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:

@@ -30,8 +30,14 @@ class CLIPLoss(GlobalBatchLoss):
     Args:
         strategy: ``"sharded"`` (default: each rank scores its own rows against all), ``"replicated"`` or
             ``"ring"`` (the candidate blocks travel around the ranks; :doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
+            plain local loss.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
+
+    Raises:
+        ValueError: an unknown ``strategy``, a bad ``tile``, or a bad :class:`~torchmetrics_diff.Metric` keyword
+            argument.
 
     Example:
         >>> import torch
@@ -55,12 +61,18 @@ class CLIPLoss(GlobalBatchLoss):
                 or a shape-(1,) tensor (FSDP2 refuses 0-d parameters); its gradient has its shape.
 
         Returns:
-            The loss of every rank's rows, identical on every rank.
+            The loss of every rank's rows, identical on every rank: 0-d, float64 for float64 inputs, else float32.
         """
         return self._step(image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale)
 
     def update(self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            image_embeds: this rank's image embeddings ``(B, D)``.
+            text_embeds: this rank's text embeddings ``(B, D)``.
+            logit_scale: the multiplier of the similarities (a number, a 0-d or a shape-(1,) tensor).
+        """
         self._update_from(image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale)
 
     def _loss(  # type: ignore[override]
@@ -81,10 +93,15 @@ class InfoNCELoss(GlobalBatchLoss):
         \ell = \frac{1}{2N}\sum_{a}-\log\frac{\exp(\cos(z_a, z_{p(a)})/\tau)}{\sum_{k\ne a}\exp(\cos(z_a, z_k)/\tau)}
 
     Args:
-        temperature: ``τ``, a finite positive number.
+        temperature: ``τ``, a finite positive number. Default ``0.1``.
         strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
-        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
+            ``process_group``, ``grad_reduction``...).
+
+    Raises:
+        ValueError: a ``temperature`` that is not a finite positive number, an unknown ``strategy``, a bad ``tile``, or
+            a bad :class:`~torchmetrics_diff.Metric` keyword argument.
 
     Example:
         >>> import torch
@@ -108,12 +125,17 @@ class InfoNCELoss(GlobalBatchLoss):
             z2: the second views (B, D), same dtype and device; row i is the other view of ``z1[i]``.
 
         Returns:
-            The loss of every rank's 2N anchors, identical on every rank.
+            The loss of every rank's 2N anchors, identical on every rank: 0-d, float64 for float64 inputs, else float32.
         """
         return self._step(z1=z1, z2=z2)
 
     def update(self, z1: Tensor, z2: Tensor) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            z1: this rank's first-view embeddings ``(B, D)``.
+            z2: the second views ``(B, D)``.
+        """
         self._update_from(z1=z1, z2=z2)
 
     def _loss(self, z1: Tensor, z2: Tensor, *, sync: bool) -> Tensor:  # type: ignore[override]
@@ -129,10 +151,15 @@ class SupConLoss(GlobalBatchLoss):
     is over the global number of anchors with at least one positive.
 
     Args:
-        temperature: ``τ``, a finite positive number.
+        temperature: ``τ``, a finite positive number. Default ``0.1``.
         strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
-        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
+            ``process_group``, ``grad_reduction``...).
+
+    Raises:
+        ValueError: a ``temperature`` that is not a finite positive number, an unknown ``strategy``, a bad ``tile``, or
+            a bad :class:`~torchmetrics_diff.Metric` keyword argument.
 
     Example:
         >>> import torch
@@ -157,12 +184,18 @@ class SupConLoss(GlobalBatchLoss):
                 (SimCLR with the views as positives).
 
         Returns:
-            The loss over every rank's anchors that have a positive, identical on every rank.
+            The loss over every rank's anchors that have a positive, identical on every rank:
+            0-d, float64 for float64 inputs, else float32.
         """
         return self._step(features=features, labels=labels)
 
     def update(self, features: Tensor, labels: Tensor | None = None) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            features: this rank's embeddings ``(B, D)`` or views ``(B, V, D)``.
+            labels: integer class labels ``(B,)``. Default ``None``: each sample its own class.
+        """
         self._update_from(features=features, labels=labels)
 
     def _loss(self, features: Tensor, labels: Tensor | None = None, *, sync: bool) -> Tensor:  # type: ignore[override]
@@ -181,8 +214,14 @@ class SigLIPLoss(GlobalBatchLoss):
 
     Args:
         strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64).
+        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
+            plain local loss.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
+
+    Raises:
+        ValueError: an unknown ``strategy``, a bad ``tile``, or a bad :class:`~torchmetrics_diff.Metric` keyword
+            argument.
 
     Example:
         >>> import torch
@@ -205,7 +244,7 @@ class SigLIPLoss(GlobalBatchLoss):
             logit_bias: ``b``, a number, a 0-d or a shape-(1,) tensor.
 
         Returns:
-            The loss of every rank's rows, identical on every rank.
+            The loss of every rank's rows, identical on every rank: 0-d, float64 for float64 inputs, else float32.
         """
         return self._step(
             image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale, logit_bias=logit_bias
@@ -214,7 +253,14 @@ class SigLIPLoss(GlobalBatchLoss):
     def update(
         self, image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor | float, logit_bias: Tensor | float
     ) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            image_embeds: this rank's image embeddings ``(B, D)``.
+            text_embeds: this rank's text embeddings ``(B, D)``.
+            logit_scale: ``t`` (a number, a 0-d or a shape-(1,) tensor).
+            logit_bias: ``b`` (a number, a 0-d or a shape-(1,) tensor).
+        """
         self._update_from(
             image_embeds=image_embeds, text_embeds=text_embeds, logit_scale=logit_scale, logit_bias=logit_bias
         )
@@ -244,9 +290,13 @@ class BarlowTwinsLoss(GlobalBatchLoss):
         \ell = \sum_i (1 - C_{ii})^2 + \lambda \sum_{i \ne j} C_{ij}^2
 
     Args:
-        lambda_offdiag: ``λ``.
-        eps: added to the variances.
+        lambda_offdiag: ``λ``. Default ``5e-3``.
+        eps: added to the variances. Default ``1e-5``.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Raises:
+        ValueError: a ``lambda_offdiag`` or ``eps`` that is not a finite number ``>= 0``, or a bad
+            :class:`~torchmetrics_diff.Metric` keyword argument.
 
     Example:
         >>> import torch
@@ -273,12 +323,18 @@ class BarlowTwinsLoss(GlobalBatchLoss):
             zb: the second views (B, D), same dtype and device.
 
         Returns:
-            The loss of the global cross-correlation, identical on every rank.
+            The loss of the global cross-correlation, identical on every rank:
+            0-d, float64 for float64 inputs, else float32.
         """
         return self._step(za=za, zb=zb)
 
     def update(self, za: Tensor, zb: Tensor) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`."""
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            za: this rank's embeddings of the first views ``(B, D)``.
+            zb: the second views ``(B, D)``.
+        """
         self._update_from(za=za, zb=zb)
 
     def _loss(self, za: Tensor, zb: Tensor, *, sync: bool) -> Tensor:  # type: ignore[override]

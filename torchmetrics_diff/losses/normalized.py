@@ -143,15 +143,23 @@ class GlobalMeanLoss(Metric):
         Args:
             values: per-element losses of this rank (any shape), e.g. ``F.cross_entropy(..., reduction="none")``.
             weight: per-element weights broadcastable to ``values``, same device and dtype as ``values``.
-            mask: a bool tensor broadcastable to ``values``: ``False`` leaves an element out.
+                Default ``None``.
+            mask: a bool tensor broadcastable to ``values``: ``False`` leaves an element out. Default ``None``.
 
         Returns:
-            ``Σ w·v / Σ w`` over every rank's elements, identical on every rank.
+            ``Σ w·v / Σ w`` over every rank's elements, identical on every rank:
+            0-d, float64 for float64 inputs, else float32.
         """
         return self._step(values=values, weight=weight, mask=mask)
 
     def update(self, values: Tensor, weight: Tensor | None = None, mask: Tensor | None = None) -> None:
-        """Accumulate the weighted sum and weight of a batch (no gradient); arguments as in :meth:`forward`."""
+        """Accumulate the weighted sum and weight of a batch (no gradient); arguments as in :meth:`forward`.
+
+        Args:
+            values: per-element losses of this rank (any shape).
+            weight: per-element weights broadcastable to ``values``. Default ``None``: 1.
+            mask: a bool tensor broadcastable to ``values``. Default ``None``: every element.
+        """
         self._update_from(values=values, weight=weight, mask=mask)
 
     def _check_inputs(self, inputs: dict[str, Any]) -> None:
@@ -213,8 +221,8 @@ class TokenCrossEntropyLoss(GlobalMeanLoss):
     micro-batches: the denominator is then the valid tokens of every micro-batch on every rank.
 
     Args:
-        ignore_index: target value of padding tokens.
-        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`.
+        ignore_index: target value of padding tokens. Default ``-100``.
+        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`. Default ``0.0``.
         kwargs: :class:`GlobalMeanLoss` keyword arguments.
 
     Example:
@@ -241,12 +249,18 @@ class TokenCrossEntropyLoss(GlobalMeanLoss):
             target: (...) integer classes on the same device; ``ignore_index`` marks padding.
 
         Returns:
-            The mean cross-entropy over every rank's valid tokens, identical on every rank.
+            The mean cross-entropy over every rank's valid tokens, identical on every rank:
+            0-d, float64 for float64 inputs, else float32.
         """
         return self._step(logits=logits, target=target)
 
     def update(self, logits: Tensor, target: Tensor) -> None:  # type: ignore[override]
-        """Accumulate a batch's summed loss and valid-token count (no gradient); arguments as in :meth:`forward`."""
+        """Accumulate a batch's summed loss and valid-token count (no gradient); arguments as in :meth:`forward`.
+
+        Args:
+            logits: as for :meth:`forward`.
+            target: as for :meth:`forward`.
+        """
         self._update_from(logits=logits, target=target)
 
     def _block(self, logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:

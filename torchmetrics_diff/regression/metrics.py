@@ -44,7 +44,16 @@ class _SumStatsMetric(Metric):
     _sum_states: ClassVar[tuple[str, ...]]
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch's sums."""
+        """Add a batch's sums.
+
+        Args:
+            preds: predictions, real floating or integer: ``(N,)`` or ``(N, num_outputs)`` (the error metrics
+                with one output take any shape: every element is an observation).
+            target: targets of the shape of ``preds``.
+
+        Raises:
+            ValueError: shapes that differ or do not fit ``num_outputs``, or complex or boolean tensors.
+        """
         for name, value in zip(self._sum_states, self._stats(preds, target, self.num_outputs)):
             setattr(self, name, getattr(self, name) + value)
 
@@ -55,9 +64,9 @@ class MeanSquaredError(_SumStatsMetric):
     States: ``sum_squared_error`` (``(num_outputs,)``, ``sum``) and ``total`` (``int64``, ``sum``).
 
     Args:
-        squared: ``False`` returns the root mean squared error.
+        squared: ``False`` returns the root mean squared error. Default ``True``.
         num_outputs: outputs per row; with more than one, inputs have shape ``(N, num_outputs)`` and the result
-            one value per output. With one, every element of any shape is an observation.
+            one value per output. With one, every element of any shape is an observation. Default ``1``.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Raises:
@@ -98,7 +107,7 @@ class MeanAbsoluteError(_SumStatsMetric):
     """Mean absolute error ``Σ |p - t| / N``.
 
     Args:
-        num_outputs: as for :class:`MeanSquaredError`.
+        num_outputs: as for :class:`MeanSquaredError`. Default ``1``.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
@@ -132,11 +141,12 @@ class R2Score(_SumStatsMetric):
     ``Σ (t - p)²`` and ``N``.
 
     Args:
-        adjusted: number of regressors ``k`` for the adjusted score ``1 - (1 - R²)(N - 1)/(N - k - 1)``.
+        adjusted: number of regressors ``k`` for the adjusted score ``1 - (1 - R²)(N - 1)/(N - k - 1)``. Default ``0``.
         multioutput: ``"uniform_average"``, ``"raw_values"`` (one score per output) or ``"variance_weighted"``.
+            Default ``"uniform_average"``.
         num_outputs: outputs per row (inputs ``(N,)`` or ``(N, num_outputs)``). torchmetrics infers it from the
             first batch; here the states need their shape up front, so that a rank without rows agrees with
-            the others when they sync.
+            the others when they sync. Default ``1``.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Raises:
@@ -190,7 +200,7 @@ class PearsonCorrCoef(_SumStatsMetric):
     :meth:`~torchmetrics_diff.Metric.set_dtype` casts them too, like every floating state.
 
     Args:
-        num_outputs: outputs per row (inputs ``(N,)`` or ``(N, num_outputs)``).
+        num_outputs: outputs per row (inputs ``(N,)`` or ``(N, num_outputs)``). Default ``1``.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Example:
@@ -258,7 +268,15 @@ class CosineSimilarity(Metric):
             self.add_state("sims", [], dist_reduce_fx="cat")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch of row pairs."""
+        """Add a batch of row pairs.
+
+        Args:
+            preds: predictions ``(N, D)``, real floating or integer.
+            target: targets ``(N, D)``.
+
+        Raises:
+            ValueError: tensors that are not of one ``(N, D)`` shape, or complex or boolean tensors.
+        """
         sims = cosine_similarity_rows(preds, target)
         if self.reduction in ("sum", "mean"):
             self.sim_sum = self.sim_sum + sims.sum()

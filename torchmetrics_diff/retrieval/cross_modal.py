@@ -30,11 +30,12 @@ from torchmetrics_diff.functional._retrieval import (
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 _ARGS = """
-        directions: which of ``"i2t"`` (image queries, text gallery) and ``"t2i"`` to score.
+        directions: which of ``"i2t"`` (image queries, text gallery) and ``"t2i"`` to score. Default both,
+            ``("i2t", "t2i")``.
         normalize: L2-normalize the embeddings first (scores are cosine similarities); ``False`` uses raw dot
-            products.
+            products. Default ``True``.
         chunk_size: queries scored at a time; the peak memory of ``compute`` is about
-            ``chunk_size × N`` scores (``N`` the global number of pairs).
+            ``chunk_size × N`` scores (``N`` the global number of pairs). Default 1024.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments (``compute_on_cpu=True`` keeps the
             stored embeddings off the accelerator)."""
 
@@ -66,8 +67,17 @@ class _CrossModalRetrieval(Metric):
         self.add_state("labels", [], dist_reduce_fx="cat")
 
     def update(self, image: torch.Tensor, text: torch.Tensor, labels: torch.Tensor | None = None) -> None:
-        """Append a batch of pairs: ``image`` and ``text`` ``(B, D)``, ``labels`` ``(B,)`` integers ``>= 0``
-        (rows sharing a label are positives of each other; without labels only a row's own pair is)."""
+        """Append a batch of pairs.
+
+        Args:
+            image: image embeddings ``(B, D)``, floating.
+            text: text embeddings ``(B, D)``; row i pairs with image row i.
+            labels: integer labels ``(B,)``, ``>= 0``: rows sharing a label are positives of each other.
+                Default ``None``: only a row's own pair is.
+
+        Raises:
+            ValueError: embeddings that are not floating ``(B, D)`` tensors of one shape, or bad ``labels``.
+        """
         image, text, labels = check_pairs(image, text, labels)
         # appended even when empty: a rank whose list states hold (empty) tensors agrees with the others on their
         # dtype and shape, so its syncs stay on the engine's one-collective path
@@ -102,7 +112,7 @@ class RetrievalRecallAtK(_CrossModalRetrieval):
     order given); NaN before any pair.
 
     Args:
-        top_k: the cut-offs ``k`` (an int or a sequence of ints)."""
+        top_k: the cut-offs ``k`` (an int or a sequence of ints). Default ``(1, 5, 10)``."""
         + _ARGS
         + """
 
@@ -188,7 +198,7 @@ class RetrievalMAPAtK(_CrossModalRetrieval):
     holding a positive (0 when none does); unlike torchmetrics, positives scoring ``<= 0`` still count.
 
     Args:
-        top_k: the cut-off ``k``."""
+        top_k: the cut-off ``k``. Default 10."""
         + _ARGS
         + """
 

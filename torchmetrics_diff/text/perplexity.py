@@ -23,7 +23,7 @@ class Perplexity(Metric):
     rounding, without underflow to ``-inf`` for very unlikely tokens).
 
     Args:
-        ignore_index: target id whose tokens are left out (e.g. padding).
+        ignore_index: target id whose tokens are left out (e.g. padding). Default ``None``.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Raises:
@@ -53,7 +53,15 @@ class Perplexity(Metric):
         self.add_state("count", torch.tensor(0), dist_reduce_fx="sum")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch's negative log-likelihood and token count."""
+        """Add a batch's negative log-likelihood and token count.
+
+        Args:
+            preds: logits or log-probabilities ``(B, T, V)``, floating.
+            target: token ids ``(B, T)``, integer, in ``[0, V)`` or equal to ``ignore_index``.
+
+        Raises:
+            ValueError: wrong shapes or dtypes, or target ids out of range.
+        """
         total, count = perplexity_stats(preds, target, self.ignore_index)
         self.total = self.total + total
         self.count = self.count + count.to(self.count.device)
