@@ -80,4 +80,8 @@ def test_the_build_renders_math_as_mathml_without_a_cdn() -> None:
     conf = (DOCS / "conf.py").read_text(encoding="utf-8")
     assert re.search(r'^html_math_renderer = "mathml"$', conf, re.M)
     assert re.search(r'^\s+"mathml",$', conf, re.M)
-    assert "mathjax_path" not in conf and "http" not in conf
+    # no MathJax and nothing fetched at build or view time (intersphinx's URLs are link targets: its inventories
+    # are local files)
+    assert "mathjax_path" not in conf and "mathjax3_config" not in conf
+    for target, inventory in re.findall(r'\("(https?://[^"]+)", "([^"]+)"\)', conf):
+        assert not inventory.startswith("http") and (DOCS / inventory).is_file(), (target, inventory)

@@ -509,8 +509,8 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "docs/api/distributed.rst",
-        "one small metadata all-gather, validated identically everywhere so that a disagreement raises the same "
-        "``RuntimeError`` on every rank instead of hanging, then one data collective",
+        "validated identically everywhere so that a disagreement raises the same ``RuntimeError`` on every rank "
+        "instead of hanging, then one data collective",
         {"all_gather_cat": 2, "gather_all_tensors": 2, "all_reduce": 2, "all_gather_cat grad=sync forward": 2},
     ),
     # ------------------------------------------------------------------------------------ metrics pages
