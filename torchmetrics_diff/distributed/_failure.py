@@ -3,11 +3,12 @@
 The vocabulary (:ref:`architecture-failures`):
 
 - A rank *fails together* when it finds a problem (a bad input, an error in ``update``) while its peers are
-  about to enter a collective: it enters that collective anyway, with its header's first int64 set to
-  :data:`FAILED` instead of its data, then raises its own error. Every peer reads the headers, sees the marker
-  and raises a ``RuntimeError`` naming the failed rank(s) (:func:`peers_failed`). No rank is left waiting.
-  :func:`fail_together` (the collectives of ``_collectives``) and :func:`fail_sync` (the sync engine) are the two
-  entry points: each joins the first exchange of its own protocol.
+  about to enter a call that communicates: it enters that call's header exchange (``_call``, the first
+  collective of every call) anyway, with its status set to failed, then raises its own error. Every peer reads
+  the headers, sees the marker and raises a ``RuntimeError`` naming the failed rank(s) (:func:`peers_failed`).
+  No rank is left waiting. :func:`fail_together` (the collectives of ``_collectives``) and :func:`fail_sync` (the
+  sync engine) are the two entry points. (:data:`FAILED` is also the marker a rank of the general engine's
+  round A would send in its hash field; the header's status makes it unreachable in practice.)
 - A :class:`CollectiveError` is the collective itself failing (a timeout, a dead peer, a backend error), not a
   check of ours; the sync engine re-raises it as a ``RuntimeError`` naming the owner and the states
   (:func:`collective_failed`).

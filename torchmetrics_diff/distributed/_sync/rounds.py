@@ -18,7 +18,6 @@ from torchmetrics_diff.distributed._autograd import AllReduce
 from torchmetrics_diff.distributed._backend import Group, dtype_from_code
 from torchmetrics_diff.distributed._call import PAYLOAD
 from torchmetrics_diff.distributed._failure import (
-    FAILED,
     CollectiveError,
     collective_failed,
     failed_ranks,
@@ -73,10 +72,6 @@ class Rounds:
             yield
         except CollectiveError as err:
             raise collective_failed(err, self.owner, [e.name for e in self.entries], self.world) from err
-
-    def fail(self) -> None:
-        """Take part in round A with the failure marker instead of data: the other ranks raise on reading it."""
-        self._rows(int_bytes([FAILED, -1], self.device), [], [], min_row=self.plan.row_bytes)
 
     def _empty(self, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
         return torch.zeros(0, dtype=dtype, device=self.device)
