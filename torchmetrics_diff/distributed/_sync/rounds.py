@@ -59,6 +59,7 @@ class Rounds:
         self.entries, self.plan, self.group, self.rank, self.world = entries, plan, group, rank, world
         self.owner, self.device = owner, device
         self.by_name = {e.name: e for e in entries}
+        self._variable: list[int] | None = None
 
     def _rows(
         self, header: torch.Tensor, tensors: list, caps: list, min_row: int = 0, slot: str = "a", via: Any = None
@@ -79,6 +80,13 @@ class Rounds:
     def _flat(self, bucket: Bucket) -> torch.Tensor:
         return torch.cat([cast(torch.Tensor, self.by_name[n].tensor).reshape(-1) for n in bucket.names])
 
+    def variable(self) -> list[int]:
+        """This rank's sizes the plan lists (cat rows, gathered shapes), computed once per sync: the call header's
+        payload and round A's header carry the same ints."""
+        if self._variable is None:
+            self._variable = [v for e in self.entries for v in e.variable()]
+        return self._variable
+
     def head_ints(self, local_hash: int) -> list[int] | None:
         """Round A's header as ints, for the call's header exchange (every rank then knows every rank's before
         round A, and nothing is read back from the table); ``None`` without a plan or when it would not fit."""
@@ -86,7 +94,7 @@ class Rounds:
         if plan.signature_hash == 0:
             return None
         fits = local_hash == plan.signature_hash
-        variable = [v for e in self.entries for v in e.variable()] if fits else [0] * plan.n_variable
+        variable = self.variable() if fits else [0] * plan.n_variable
         ints = [local_hash, -1, *variable]
         return ints if len(ints) < PAYLOAD else None
 
@@ -106,7 +114,7 @@ class Rounds:
         self, local_hash: int, local_sig: list[StateSignature], heads: list[list[int]] | None, via: Any = None
     ) -> dict[str, Any] | None:
         plan, device = self.plan, self.device
-        variable = [v for e in self.entries for v in e.variable()]
+        variable = self.variable()
         fits = local_hash == plan.signature_hash
 
         # Round A: the metadata itself (no plan yet), or the plan's sizes, reduction buckets and cat rows.
@@ -168,7 +176,7 @@ class Rounds:
             lens = table[:, 8:16].contiguous().view(torch.int64)[:, 0].tolist()
             raw = [bytes(table[r, HEADER : HEADER + lens[r]].tolist()) for r in range(self.world)]
         else:
-            meta = self._meta(local_sig, [v for e in self.entries for v in e.variable()])
+            meta = self._meta(local_sig, self.variable())
             lt, _ = self._rows(int_bytes([meta.numel()], device), [], [], slot="m")
             lens = lt.contiguous().view(torch.int64)[:, 0].tolist()
             mt, _ = self._rows(meta, [], [], min_row=align(max(lens)), slot="m")
