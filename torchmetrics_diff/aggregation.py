@@ -14,7 +14,7 @@ says otherwise). See :doc:`/guide/mixed_precision`.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Union, cast
+from typing import Any, Callable, Union
 
 import torch
 
@@ -99,9 +99,10 @@ class BaseAggregator(Metric):
         ):
             return ~nans  # traced: NaNs replaced whatever the data (_replace_or_drop), no host decision
         if not compiling() and self._nans_on_device():
+            keep = ~nans
             if self.nan_strategy == "warn":
-                self._count_nans(nans.sum())
-            return ~nans  # replaced whatever the data: no host round trip
+                self._count_kept(keep.numel(), keep.sum())
+            return keep  # replaced whatever the data: no host round trip
         where = "`value`" if weight is None else "`value` or `weight`"
         if self.nan_strategy == "error":
             message = f"{type(self).__name__}: encountered NaN in {where} and nan_strategy='error'"
@@ -118,25 +119,33 @@ class BaseAggregator(Metric):
             )
         return ~nans
 
-    def _count_nans(self, seen: torch.Tensor) -> None:
-        """Add ``seen`` NaNs to the count :meth:`_warn_nans` reports (on the device: nothing is read)."""
-        pending = self.__dict__.get("_nans_seen")
-        self.__dict__["_nans_seen"] = seen if pending is None else pending + seen
+    def _count_kept(self, seen: int, kept: torch.Tensor) -> None:
+        """Note that ``kept`` of ``seen`` values were not NaN, for :meth:`_warn_nans` (nothing is read: the device
+        count joins a list, summed every 256 entries, so a step pays no kernel for it)."""
+        state = self.__dict__
+        pending = state.get("_nans_seen")
+        if pending is None:
+            state["_nans_seen"] = pending = [0, []]
+        pending[0] += seen
+        pending[1].append(kept)
+        if len(pending[1]) >= 256:
+            pending[1] = [torch.stack(pending[1]).sum()]
 
     def _nan_free_total(self, value: torch.Tensor, counted: bool) -> tuple[torch.Tensor, Any] | None:
-        """Eager ``"warn"``/``"ignore"`` of a real tensor: ``(sum of its non-NaN values, its NaNs or None)``,
-        computed on the device (``"warn"`` counts them for :meth:`_warn_nans`); ``None`` for the other cases.
+        """Eager ``"warn"``/``"ignore"`` of a real tensor: ``(sum of its non-NaN values, how many are not NaN or
+        None)``, computed on the device (``"warn"`` counts the NaNs for :meth:`_warn_nans`); ``None`` for the
+        other cases.
 
-        ``counted``: the caller needs the number of NaNs (a mean's weight).
+        ``counted``: the caller needs the number of values kept (a mean's weight).
         """
         strategy = self.nan_strategy
         if strategy not in ("warn", "ignore") or value.is_complex() or compiling():
             return None
-        nans = torch.isnan(value).sum() if counted or strategy == "warn" else None
-        if nans is not None and strategy == "warn":
-            self._count_nans(nans)
+        kept = (value == value).sum() if counted or strategy == "warn" else None  # (NaN != NaN)
+        if kept is not None and strategy == "warn":
+            self._count_kept(value.numel(), kept)
         acc = acc_dtype(value.dtype)
-        return (value.nansum() if acc == value.dtype else value.nansum(dtype=acc)), nans
+        return (value.nansum() if acc == value.dtype else value.nansum(dtype=acc)), kept
 
     def _warn_nans(self) -> None:
         """Warn about the NaNs ``"warn"`` dropped since the last report: one host read, at ``compute()`` or
@@ -144,7 +153,8 @@ class BaseAggregator(Metric):
         state = self.__dict__
         if compiling() or state.get("_nans_seen") is None or state.get("_in_batch_value"):
             return
-        count = int(state.pop("_nans_seen"))
+        seen, kept = state.pop("_nans_seen")
+        count = seen - int(sum(kept))
         if count:
             where = "`value` or `weight`" if isinstance(self, MeanMetric) else "`value`"
             warnings.warn(
@@ -480,9 +490,8 @@ class MeanMetric(BaseAggregator):
         # the common case: a finite scalar weight, no weight tensor (NaN != NaN)
         if scalar and weight == weight and not traced_ignore:
             fast = self._nan_free_total(value, counted=True)
-            if fast is not None:  # NaNs left out on the device: their count comes off the weight
-                nan_free, nans = fast
-                kept = value.numel() - cast(torch.Tensor, nans)  # counted=True: the NaNs are counted
+            if fast is not None:  # NaNs left out on the device: the weight counts the values kept
+                nan_free, kept = fast
                 self.mean_value = self.mean_value + (nan_free if weight == 1 else nan_free * weight)
                 self.weight = self.weight + (kept if weight == 1 else kept * weight)
                 return

@@ -21,9 +21,13 @@ tensors: the call's own group when its backend has gloo (or a ``"cpu:gloo,cuda:n
 of it made once (:func:`host_group`). Reading it therefore never waits for a GPU: it is a host-to-host exchange
 that runs while the GPU works through its queue, not a host round trip.
 
-Every exchange sends :data:`EXCHANGE_BYTES`: the header, then :data:`INLINE_BYTES` that a state sync of CPU data
-fills with its own row when it fits (:func:`inline_buffers`), so that on CPU/gloo a small sync is still one
-collective. A sync of GPU data moves its row in a collective of its own on the device.
+Every exchange sends the header, then an inline area that a state sync of CPU data fills with its own row when it
+fits (:func:`inline_buffers`), so that on CPU/gloo a sync is one collective. The area's size is the group's, the
+same for every call on it: :data:`INLINE_BYTES` at first, then the largest CPU row that calls on the group wanted
+to send over the last :data:`_WINDOW` exchanges (each header says what its call wanted, so every rank derives the
+same size from the exchanges they all saw; see :func:`inline_capacity`), up to :data:`MAX_INLINE_BYTES`. Ranks in
+different calls therefore still meet in a collective of one size. A sync of GPU data moves its row in a
+collective of its own on the device.
 """
 
 from __future__ import annotations
@@ -41,13 +45,18 @@ from torchmetrics_diff.distributed._failure import peers_failed
 
 #: int64 per rank in every header exchange: the same for every call, so ranks in different calls still meet
 HEADER_INTS = 64
-_FIXED = 12  # magic, sequence, count, status, payload length, reserved, 6 x 8 bytes of name
+_FIXED = 12  # magic, sequence, count, status, payload length, inline bytes wanted, 6 x 8 bytes of name
 _NAME_INTS = 6
 #: int64 of call metadata a header carries
 PAYLOAD = HEADER_INTS - _FIXED
-#: bytes after the header that a sync of CPU data can fill with its own row (see :func:`inline_buffers`)
+#: the inline area's size on a group where no call wanted a larger one (see :func:`inline_capacity`)
 INLINE_BYTES = 1536
-#: bytes every rank sends in every header exchange
+#: the largest inline area: a larger row is bandwidth-bound (a collective of its own costs little more), and every
+#: call on the group would pay for the area's bytes
+MAX_INLINE_BYTES = 128 * 1024
+_STEP = 4096  # the area grows to the wanted size rounded up to a multiple of this (few distinct sizes)
+_WINDOW = 16  # the area is sized for the largest row wanted over this many exchanges on the group
+#: bytes every rank sends in a header exchange while the group's inline area is the smallest
 EXCHANGE_BYTES = 8 * HEADER_INTS + INLINE_BYTES
 _MAGIC = 0x7444_6966_6643_6C6C  # never a sequence number or a small count: a rank in a foreign protocol shows
 _READY, _FAILED = 0, 1
@@ -60,13 +69,14 @@ _caller_count = 0
 _epoch = 0
 
 # per group (by id of the group object, with a weak reference to tell a live group from a new one at that id):
-# [weakref, calls so far, {name: calls of that name so far}, the error epoch those counts belong to]
+# [weakref, calls so far, {name: calls of that name so far}, the error epoch those counts belong to,
+#  the inline area's bytes, the largest inline row wanted by each of the last _WINDOW exchanges]
 _COUNTS: dict[int, list[Any]] = {}
 # the group each group's headers travel over (itself, or a gloo twin), by id of the group object
 _HOSTS: dict[int, tuple[Any, Any]] = {}
 _FORCE_TWIN = False  # tests: give gloo groups a twin too, so that the twin path runs without NCCL
-# the header exchange's (send, receive, NumPy view of the send header) buffers, by world size
-_BUFFERS: dict[int, tuple[torch.Tensor, torch.Tensor, Any]] = {}
+# the header exchange's (send, receive, NumPy view of the send header) buffers, by (world size, inline bytes)
+_BUFFERS: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, Any]] = {}
 
 
 def enter(name: str, count: int) -> None:
@@ -111,9 +121,8 @@ def _world_group() -> Any:
     return dist.GroupMember.WORLD
 
 
-def _next_count(group: Group, name: str) -> tuple[int, int]:
-    """This process's (calls on ``group`` so far, calls of ``name`` so far), then counts this one. The counts of
-    names restart after an error of a header exchange, as objects' counts do (:func:`fresh_count`)."""
+def _entry(group: Group) -> list[Any]:
+    """The group's counts and inline area (see :data:`_COUNTS`), made at its first call."""
     pg = _world_group() if group is None else group
     entry = _COUNTS.get(id(pg))
     if entry is None or entry[0]() is not pg:
@@ -121,7 +130,39 @@ def _next_count(group: Group, name: str) -> tuple[int, int]:
             ref: Any = weakref.ref(pg)
         except TypeError:  # a group object without weak references: held for the process's lifetime
             ref = (lambda obj: lambda: obj)(pg)
-        entry = _COUNTS[id(pg)] = [ref, 0, {}, _epoch]
+        entry = _COUNTS[id(pg)] = [ref, 0, {}, _epoch, INLINE_BYTES, []]
+    return entry
+
+
+def inline_capacity(group: Group) -> int:
+    """The bytes of the inline area of the next header exchange on ``group``: a caller whose CPU row is no larger
+    writes it there (:func:`inline_buffers`) and its call is one collective.
+
+    The same on every rank: it follows from the ``want`` of the exchanges every rank saw (an exchange that raised
+    changes nothing), so ranks that reach different calls still send as many bytes as each other.
+    """
+    return _entry(group)[4]
+
+
+def _resize(entry: list[Any], rows: list[list[int]]) -> None:
+    """After an exchange every rank passed: the group's inline area becomes the largest row wanted over the last
+    :data:`_WINDOW` exchanges (rounded up to :data:`_STEP`; a row over :data:`MAX_INLINE_BYTES` never fits and
+    counts as none), growing at once and shrinking when it is under half the area (so it does not flap)."""
+    wanted = max(h[5] for h in rows)
+    recent = entry[5]
+    recent.append(wanted if wanted <= MAX_INLINE_BYTES else 0)
+    if len(recent) > _WINDOW:
+        del recent[0]
+    need = max(recent)
+    size = INLINE_BYTES if need <= INLINE_BYTES else min(-(-need // _STEP) * _STEP, MAX_INLINE_BYTES)
+    if size > entry[4] or 2 * size <= entry[4]:
+        entry[4] = size
+
+
+def _next_count(group: Group, name: str) -> tuple[int, int]:
+    """This process's (calls on ``group`` so far, calls of ``name`` so far), then counts this one. The counts of
+    names restart after an error of a header exchange, as objects' counts do (:func:`fresh_count`)."""
+    entry = _entry(group)
     if entry[3] != _epoch:
         entry[2], entry[3] = {}, _epoch
     seq, names = entry[1], entry[2]
@@ -161,29 +202,34 @@ def _decode(ints: Sequence[int]) -> str:
     return raw.rstrip(b"\0").decode("ascii", "replace")
 
 
-def _buffers(world: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
-    """The (send, receive) byte buffers of the header exchanges of ``world`` ranks, made once, and a NumPy int64
-    view of the send buffer's header."""
-    bufs = _BUFFERS.get(world)
+def _buffers(world: int, inline: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """The (send, receive) byte buffers of the header exchanges of ``world`` ranks with ``inline`` bytes of inline
+    area, made once, and a NumPy int64 view of the send buffer's header."""
+    bufs = _BUFFERS.get((world, inline))
     if bufs is None:
-        send = torch.zeros(EXCHANGE_BYTES, dtype=torch.uint8)
-        table = torch.zeros(world * EXCHANGE_BYTES, dtype=torch.uint8)
-        bufs = _BUFFERS[world] = (send, table, send[: 8 * HEADER_INTS].view(torch.int64).numpy())
+        if len(_BUFFERS) >= 8:  # sizes a group no longer uses: the next call of that size makes its buffers anew
+            _BUFFERS.clear()
+        size = 8 * HEADER_INTS + inline
+        send = torch.zeros(size, dtype=torch.uint8)
+        table = torch.zeros(world * size, dtype=torch.uint8)
+        bufs = _BUFFERS[world, inline] = (send, table, send[: 8 * HEADER_INTS].view(torch.int64).numpy())
     return bufs
 
 
-def inline_buffers(world: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The inline area of the header exchange of ``world`` ranks: ``(send, table)``, ``INLINE_BYTES`` bytes and
-    ``(world, INLINE_BYTES)``. A caller whose data is on the CPU and fits writes it into ``send`` before its
-    :func:`exchange` and reads every rank's from ``table`` after: its sync is then that one collective. The same
-    buffers come back for every call (views of them can be kept); every header exchange overwrites ``table``."""
-    send, table, _ = _buffers(world)
-    return send[8 * HEADER_INTS :], table.view(world, EXCHANGE_BYTES)[:, 8 * HEADER_INTS :]
+def inline_buffers(world: int, inline: int = INLINE_BYTES) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inline area of a header exchange of ``world`` ranks whose area has ``inline`` bytes (the group's
+    :func:`inline_capacity`): ``(send, table)``, ``inline`` bytes and ``(world, inline)``. A caller whose data is
+    on the CPU and fits writes it into ``send`` before its :func:`exchange` and reads every rank's from ``table``
+    after: its sync is then that one collective. The same buffers come back for every call of that size (views of
+    them can be kept while the size stays); every header exchange of that size overwrites ``table``."""
+    send, table, _ = _buffers(world, inline)
+    size = 8 * HEADER_INTS + inline
+    return send[8 * HEADER_INTS :], table.view(world, size)[:, 8 * HEADER_INTS :]
 
 
 def _host_rows(table: torch.Tensor, world: int) -> list[list[int]]:
     """Every rank's header as Python ints (a CPU tensor: nothing waits for a device)."""
-    return table.view(world, EXCHANGE_BYTES)[:, : 8 * HEADER_INTS].view(torch.int64).tolist()
+    return table.view(world, -1)[:, : 8 * HEADER_INTS].view(torch.int64).tolist()
 
 
 def _ordinal(n: int) -> str:
@@ -202,6 +248,7 @@ def exchange(
     labels: Sequence[str] | None = None,
     sync: bool = False,
     count: int | None = None,
+    want: int = 0,
 ) -> list[list[int]]:
     """The call's header exchange: every rank's ``payload``, once every rank is known to be in the same call.
 
@@ -215,6 +262,8 @@ def exchange(
         sync: word a failed peer as a state sync does (``True``) or as a collective does.
         count: how many calls the calling object made before (a metric's syncs): two objects of one class are
             then told apart; default: the entry point's count (:func:`enter`), else the calls of this name.
+        want: the bytes of this call's CPU row (inline or not; 0: none): the group's inline area grows to fit
+            such rows (:func:`inline_capacity`).
 
     Returns:
         Every rank's payload, by rank (only when no rank failed and every rank is in this call).
@@ -226,11 +275,12 @@ def exchange(
     if len(payload) > PAYLOAD:
         raise ValueError(f"a call header carries at most {PAYLOAD} ints; got {len(payload)}")
     name = call_name(op)
+    entry = _entry(group)
     seq, named = _next_count(group, name)
     if count is None:
         count = _caller_count if _caller else named
-    header = [_MAGIC, seq, count, _FAILED if failed else _READY, len(payload), 0, *_encode(name), *payload]
-    send, table, ints = _buffers(world)
+    header = [_MAGIC, seq, count, _FAILED if failed else _READY, len(payload), want, *_encode(name), *payload]
+    send, table, ints = _buffers(world, entry[4])
     ints[: len(header)] = header  # (a NumPy view of the send buffer's header: no tensor made per call)
     all_gather_flat(table, send, host_group(group))
     rows = _host_rows(table, world)
@@ -245,6 +295,7 @@ def exchange(
     if any(h[0] != _MAGIC or h[1:3] != rows[0][1:3] or h[6:_FIXED] != rows[0][6:_FIXED] for h in rows):
         _failed_exchange()
         raise _different_calls(rows, labels)
+    _resize(entry, rows)
     return [h[_FIXED : _FIXED + h[4]] for h in rows]
 
 

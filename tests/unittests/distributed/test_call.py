@@ -91,3 +91,57 @@ def test_headers_over_a_gloo_twin_group() -> None:
         assert res["twin is another group"] and res["twin ranks"] == [0, 1], res
         problems.append(problem(f"rank {rank}", res["mismatch"], "RuntimeError", ("different calls", "MeanMetric")))
     assert not [p for p in problems if p], "\n".join(p for p in problems if p)
+
+
+def _area_body(rank: int, world: int) -> dict[str, Any]:
+    """The inline area follows the CPU rows calls on the group want: it grows, carries them, and shrinks back."""
+    from torchmetrics_diff import CatMetric, SumMetric
+    from torchmetrics_diff.distributed import all_reduce
+
+    out: dict[str, Any] = {"start": _call.inline_capacity(None)}
+    g = torch.Generator().manual_seed(rank)
+    metric = CatMetric()
+    counts, values = [], []
+    for _ in range(3):  # rows of 2000 floats (8 KB): over the first area, under the largest
+        metric.reset()
+        metric.update(torch.rand(2000 + rank, generator=g))
+        with record_collectives() as log:
+            values.append(metric.compute())
+        counts.append(len(log))
+    out["counts"], out["values"], out["grown"] = counts, values, _call.inline_capacity(None)
+    # ranks in different calls after the area grew: still one size per exchange, so every rank raises
+    out["mismatch"] = outcome(lambda: metric.compute() if rank == 0 else all_reduce(torch.ones(2), grad="none"))
+    small = SumMetric()
+    small.update(torch.ones(2))
+    for _ in range(_call._WINDOW):
+        small.compute()
+    out["shrunk"] = _call.inline_capacity(None)
+    huge = CatMetric()  # rows over the largest area: never inline, the area stays small
+    huge.update(torch.rand(_call.MAX_INLINE_BYTES // 4 + 10))
+    counts = []
+    for _ in range(3):
+        with record_collectives() as log:
+            huge.compute()
+        counts.append(len(log))
+    out["huge counts"], out["after huge"] = counts, _call.inline_capacity(None)
+    return out
+
+
+def test_the_inline_area_grows_to_the_rows_calls_want_and_shrinks_back() -> None:
+    results = run_distributed(_area_body, 2, timeout=90)
+    every = [torch.rand(2000 + r, generator=torch.Generator().manual_seed(r)) for r in range(2)]
+    expected = torch.cat(every)
+    for rank, res in enumerate(results):
+        assert res["start"] == _call.INLINE_BYTES, res["start"]
+        for value in res["values"][:1]:
+            torch.testing.assert_close(value, expected, rtol=0, atol=0)
+        assert all(v.shape == (4001,) for v in res["values"]), [v.shape for v in res["values"]]
+        # first sync: header + rounds A and B (round A's row holds the metadata only: it fits); second: steady, the
+        # row after the header, whose header asks for an area that fits it; third: the row inside the header exchange
+        assert res["counts"] == [3, 2, 1], f"rank {rank}: {res['counts']}"
+        assert 8004 <= res["grown"] <= 8004 + _call._STEP, f"rank {rank}: area {res['grown']}"
+        err = problem(f"rank {rank}", res["mismatch"], "RuntimeError", ("different calls", "CatMetric.sync"))
+        assert err is None, err
+        assert res["shrunk"] == _call.INLINE_BYTES, f"rank {rank}: area after {_call._WINDOW} small calls"
+        assert res["huge counts"][1:] == [2, 2], f"rank {rank}: header + row: {res['huge counts']}"
+        assert res["after huge"] == _call.INLINE_BYTES, f"rank {rank}: {res['after huge']}"

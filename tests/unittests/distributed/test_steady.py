@@ -135,10 +135,11 @@ def _sequence_body(rank: int, world: int) -> dict:
         (base, 3),
         (base, 1),
     ]
-    inline = {}  # whether the steady path a sync starts with carries its row inline in the header exchange
+    inline = {}  # whether the steady path a sync packed carried its row inline in the header exchange
     for sync, (rows, pieces) in enumerate(steps):
-        inline[sync] = plan.steady is not None and plan.steady.inline
+        steady = plan.steady
         packs, calls = _check_sync(chk, f"sync {sync}", world, sync, rows, plan, pieces)
+        inline[sync] = steady is not None and steady.inline  # (decided when it packed, by the group's inline area)
         seen[sync] = (packs, calls.count("_all_gather_flat"), len(calls))
     return {"failures": chk.failures, "seen": seen, "capacity": dict(plan.capacity), "inline": inline}
 

@@ -40,7 +40,7 @@ from torchmetrics_diff.distributed._backend import (
     group_size,
     set_grad_enabled,
 )
-from torchmetrics_diff.distributed._call import INLINE_BYTES, exchange, fresh_count, inline_buffers
+from torchmetrics_diff.distributed._call import exchange, fresh_count, inline_buffers, inline_capacity
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._failure import CollectiveError, collective_failed, fail_on_every_rank
 from torchmetrics_diff.distributed._reductions import Reduction, State
@@ -134,11 +134,13 @@ def _sync_across(
     ):
         steady = None
     enabled = grad_enabled()
+    capacity = inline_capacity(group)  # the bytes a CPU row may ride in the call's header exchange
+    want = 0  # the bytes of this rank's CPU row (the group's inline area grows to fit such rows)
     if steady is not None:
         if enabled:  # torch.no_grad() without its Python layers (they are slow right after a collective)
             set_grad_enabled(False)
         try:
-            if not steady.pack(states, reductions):
+            if not steady.pack(states, reductions, capacity):
                 steady = None
         finally:
             if enabled:
@@ -156,6 +158,7 @@ def _sync_across(
         device = device if device is not None else torch.device("cpu")  # (unused when this rank failed)
     else:
         device = steady.device
+        want = steady.row_bytes if device.type == "cpu" else 0
     rounds: Rounds | None = None
     inline: _InlineRoundA | None = None
     name = f"{owner}.{call}"
@@ -167,8 +170,10 @@ def _sync_across(
         rounds = Rounds(items, plan, group, rank, world, owner, device)
         ints = rounds.head_ints(local_hash)
         payload = [_ROUNDS, *ints] if ints is not None else [_UNKNOWN]
-        if ints is not None and device.type == "cpu" and plan.row_bytes <= INLINE_BYTES:
-            inline = _InlineRoundA(name, payload, group, world, owner, count)
+        if ints is not None and device.type == "cpu":
+            want = plan.row_bytes
+            if plan.row_bytes <= capacity:
+                inline = _InlineRoundA(name, payload, group, world, owner, count, capacity)
     else:
         payload = []
     try:
@@ -181,7 +186,9 @@ def _sync_across(
                 return result
             heads = inline.all_heads
         else:
-            heads = exchange(name, payload, group, world, failed=problem is not None, who=owner, sync=True, count=count)
+            heads = exchange(
+                name, payload, group, world, failed=problem is not None, who=owner, sync=True, count=count, want=want
+            )
     except CollectiveError as err:
         raise collective_failed(err, owner, list(states), world) from err
     if problem is not None:
@@ -218,22 +225,20 @@ class _InlineRoundA:
     """Round A of CPU states through the call's header exchange: the row goes into the exchange's inline area, so
     the exchange that identifies the call also moves the data. Called by the row job with the row's pieces."""
 
-    def __init__(self, name: str, payload: list[int], group: Group, world: int, owner: str, count: int) -> None:
-        self.name, self.payload, self.group, self.world, self.owner, self.count = (
-            name,
-            payload,
-            group,
-            world,
-            owner,
-            count,
-        )
+    def __init__(
+        self, name: str, payload: list[int], group: Group, world: int, owner: str, count: int, capacity: int
+    ) -> None:
+        self.name, self.payload, self.group, self.world, self.owner = name, payload, group, world, owner
+        self.count, self.capacity = count, capacity
         self.all_heads: list[list[int]] = []
         self.heads: list[list[int]] | None = None  # every rank's round A header, when every rank sent its row inline
 
     def __call__(self, pieces: list[torch.Tensor], row_bytes: int) -> torch.Tensor:
-        send, grid = inline_buffers(self.world)
+        send, grid = inline_buffers(self.world, self.capacity)
         torch.cat(pieces, out=send[:row_bytes])
-        heads = exchange(self.name, self.payload, self.group, self.world, who=self.owner, sync=True, count=self.count)
+        heads = exchange(
+            self.name, self.payload, self.group, self.world, who=self.owner, sync=True, count=self.count, want=row_bytes
+        )
         self.all_heads = heads
         if {h[0] for h in heads} == {_ROUNDS} and len({len(h) for h in heads}) == 1:
             self.heads = [h[1:] for h in heads]

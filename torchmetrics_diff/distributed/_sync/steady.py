@@ -31,7 +31,7 @@ import torch
 
 from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, dtype_from_code
-from torchmetrics_diff.distributed._call import INLINE_BYTES, PAYLOAD, inline_buffers
+from torchmetrics_diff.distributed._call import PAYLOAD, inline_buffers
 from torchmetrics_diff.distributed._reductions import as_rows, reduce_rows
 from torchmetrics_diff.distributed._sync.plan import UNKNOWN_DTYPE, SyncPlan
 from torchmetrics_diff.distributed._sync.rows import HEADER, buffer_pair, layout, oversized
@@ -90,7 +90,9 @@ class SteadyPath:
         self.buckets, self.cats = buckets, cats
         self.row_bytes = plan.row_bytes
         # a row of CPU data that fits the header exchange's inline area travels in it: the sync is one collective
-        self.inline = device.type == "cpu" and plan.row_bytes <= INLINE_BYTES
+        # (decided at each pack: the area's size is the group's, see _call.inline_capacity)
+        self.inline = False
+        self._capacity = 0  # the inline area's size the views were made for
         self.head_bytes = HEADER + 8 * len(cats)
         self.slots, _ = layout(self.head_bytes, plan.caps(), plan.row_bytes)
         self.piece_names = plan.pieces()
@@ -141,10 +143,10 @@ class SteadyPath:
         return cls(plan, names, fns, buckets, cats, world, rank, device)
 
     # ------------------------------------------------------------------------------------------------ views
-    def _views(self) -> None:
+    def _views(self, capacity: int) -> None:
         """(Re)make the typed views when the shared buffers were replaced (or on first use)."""
-        if self.inline:  # the row rides in the call's header exchange: its inline area, made once per world size
-            row, grid = inline_buffers(self.world)
+        if self.inline:  # the row rides in the call's header exchange: its inline area, made once per size
+            row, grid = inline_buffers(self.world, capacity)
             table = grid
         else:
             row, table = buffer_pair(self.device, self.row_bytes, self.world, _SLOT)
@@ -170,15 +172,18 @@ class SteadyPath:
                 piece.send, piece.recv = send, recv
 
     # ------------------------------------------------------------------------------------------------- send
-    def pack(self, states: dict[str, Any], reductions: dict[str, Any]) -> bool:
+    def pack(self, states: dict[str, Any], reductions: dict[str, Any], capacity: int = 0) -> bool:
         """Write this rank's round A row; ``False`` (nothing written that matters) when the states do not fit.
 
-        Runs under ``torch.no_grad()`` (the caller's): the stack/concatenation write into the row in place.
+        ``capacity``: the bytes of the inline area of the call's header exchange; a CPU row no larger is written
+        there (the sync is then that one collective). Runs under ``torch.no_grad()`` (the caller's): the
+        stack/concatenation write into the row in place.
         """
         if tuple(states) != self.names or tuple(reductions.values()) != self.fns:
             return False
         values = tuple(states.values())
-        self._views()
+        self.inline = self.device.type == "cpu" and self.row_bytes <= capacity
+        self._views(capacity)
         try:
             for bucket in self.buckets:
                 tensors = [values[i] for i in bucket.indices]
