@@ -356,7 +356,7 @@ class MetricCollection(nn.ModuleDict):
 
     def compute(self) -> dict[str, Any]:
         """Every member's epoch value; all members' states synced in one engine call."""
-        if compiling() and any(m._syncs_on_compute() or m._list_states for m in self._modules.values()):
+        if compiling() and any(m._syncs_on_compute() for m in self._modules.values()):
             return _eager_compute(self)  # one graph break: the sync runs inside try/finally
         leaders = self._leaders()
         synced_here: list[Metric] = []

@@ -470,10 +470,10 @@ class Metric(nn.Module):
     def _update_template(self, raw: Callable, *args: Any, **kwargs: Any) -> None:
         if self._in_lifecycle:  # inside forward, or a subclass calling super().update(): just run it
             return raw(self, *args, **kwargs)
-        if compiling() and self._list_states:
-            return self._outside_update(self, raw, *args, **kwargs)  # a growing list: see _steps_out_of_graph
         if self._synced_cache is not None:
             raise self._synced_error("update")
+        # traced: ``update`` appends to fresh lists, folded into the accumulated rows after (see _folded_lists)
+        rows = self._set_aside_lists() if compiling() and self._list_states else None
         # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
         snapshot = self._snapshot()
         self._computed = None
@@ -483,7 +483,11 @@ class Metric(nn.Module):
                 self._run(raw, *detach(args), **detach(kwargs))
         except BaseException:
             self._restore(snapshot)
+            if rows is not None:
+                self._set_states(rows)
             raise
+        if rows is not None:
+            self._set_states(_folded_lists(rows, self.metric_state))
         for name, before in snapshot[0].items():  # a float64 input must not promote a float32 accumulator
             after = getattr(self, name)
             if promoted(before, after):
@@ -495,7 +499,7 @@ class Metric(nn.Module):
     def _compute_template(self, raw: Callable) -> Any:
         if self._in_lifecycle:
             return raw(self)
-        if compiling() and (self._syncs_on_compute() or self._list_states):
+        if compiling() and self._syncs_on_compute():
             return self._outside_compute(self, raw)  # the sync runs inside a context manager: one break around it all
         if not compiling() and self._update_count == 0:  # (traced: the count is a tensor; no data-dependent branch)
             warnings.warn(
@@ -672,11 +676,16 @@ class Metric(nn.Module):
         return self.dist_sync_on_step and self._distributed_available()
 
     def _steps_out_of_graph(self) -> bool:
-        """Whether, under ``torch.compile``, ``forward`` (and, for the second reason, ``update`` and ``compute``)
-        runs eagerly behind one graph break: it syncs across ranks (:meth:`_syncs_on_step_eagerly`), or the metric
-        has list states. A list state grows by a batch every step: traced code that extends it makes Dynamo
-        guard on its length, so every step would compile anew (and fail at the ninth with ``fullgraph=True``)."""
-        return self._syncs_on_step_eagerly() or bool(self._list_states)
+        """Whether, under ``torch.compile``, ``forward`` runs eagerly behind one graph break: it syncs across ranks
+        (:meth:`_syncs_on_step_eagerly`). (List states stay in the graph: see :func:`_folded_lists`.)"""
+        return self._syncs_on_step_eagerly()
+
+    def _set_aside_lists(self) -> dict[str, list]:
+        """The list states, replaced by fresh empty lists for ``update`` to append to (traced code only)."""
+        state = self.__dict__
+        rows = {name: state[name] for name in self._list_states}
+        state.update({name: [] for name in self._list_states})
+        return rows
 
     def _syncs_on_step(self) -> bool:
         """Whether ``forward`` syncs through the engine (so peers wait in its first round)."""
@@ -685,6 +694,12 @@ class Metric(nn.Module):
     def _merged(self, acc: dict[str, Any], new: dict[str, Any], count: float) -> dict[str, Any]:
         """Fold states ``new`` (detached) into ``acc``; a ``mean`` state moves ``1/count`` of the way to new."""
         owner = type(self).__name__
+        if compiling() and self._list_states:  # traced: a list state stays one tensor (see _folded_lists)
+            lists = _folded_lists({n: acc[n] for n in self._list_states}, new)
+            return {
+                n: lists[n] if n in lists else merge(fx, acc[n], new[n], count, owner=owner, name=n)
+                for n, fx in self._reductions.items()
+            }
         return {n: merge(fx, acc[n], new[n], count, owner=owner, name=n) for n, fx in self._reductions.items()}
 
     def merge_state(self, incoming_state: dict[str, Any] | Metric) -> None:
@@ -1121,6 +1136,22 @@ class Metric(nn.Module):
         def __abs__(self) -> Metric: ...
         def __invert__(self) -> Metric: ...
         def __getitem__(self, idx: Any) -> Metric: ...
+
+
+def _folded_lists(rows: dict[str, list], new: dict[str, Any]) -> dict[str, list]:
+    """Under ``torch.compile``: each list state of ``rows`` (the accumulated rows) with the tensors ``update`` just
+    appended to ``new[name]``, as a list holding *one* tensor, their concatenation (or an empty list).
+
+    Eager code appends a batch to the list (a step costs the same after 10,000 steps as after one). Traced code
+    that grows a list makes Dynamo guard on its length, so every step would compile anew; a list that always holds
+    one tensor keeps its length, and the tensor's growing first dimension becomes a dynamic size after one
+    recompile. The price is a copy of the accumulated rows per traced step.
+    """
+    out = {}
+    for name, acc in rows.items():
+        parts = [as_rows(t) for t in (*acc, *new[name])]
+        out[name] = [torch.cat(parts)] if parts else []
+    return out
 
 
 def _differs(value: Any, default: Any) -> bool:
