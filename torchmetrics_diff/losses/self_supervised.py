@@ -128,8 +128,8 @@ class DINOCenter(nn.Module):
     Args:
         dim: ``D``, the size of the teacher's output (DINO: ``out_dim``).
         momentum: the EMA momentum ``m`` in ``[0, 1]``. Default ``0.9`` (DINO's ``center_momentum``).
-        process_group (torch.distributed.ProcessGroup | None): the ranks whose rows make the batch (default ``None``: the default group; without an
-            initialised process group, the local rows).
+        process_group (torch.distributed.ProcessGroup | None): the ranks whose rows make the batch (default
+            ``None``: the default group; without an initialised process group, the local rows).
         dtype: the dtype of the center. Default ``torch.float32``.
 
     Raises:

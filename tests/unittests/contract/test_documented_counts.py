@@ -68,13 +68,14 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
     from torchmetrics_diff.losses import (
         BarlowTwinsLoss,
         CLIPLoss,
+        DINOCenter,
         GlobalMeanLoss,
         InfoNCELoss,
         SigLIPLoss,
         SupConLoss,
         TokenCrossEntropyLoss,
+        VICRegLoss,
     )
-    from torchmetrics_diff.losses import DINOCenter, VICRegLoss
 
     g = torch.Generator().manual_seed(100 + rank)
     calls: dict[str, list[str]] = {}
