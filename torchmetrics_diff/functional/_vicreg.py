@@ -206,20 +206,21 @@ def vicreg_terms(stats: VICRegStats | tuple[Tensor, ...], eps: float = 1e-4) -> 
         VICRegTerms(invariance=tensor(0.), variance=tensor(0.3670), covariance=tensor(0.))
     """
     sum_a, gram_a, sum_b, gram_b, sum_sq_diff, count = stats
-    dim = sum_a.shape[0] if isinstance(sum_a, Tensor) and sum_a.ndim == 1 else None
+    if not isinstance(sum_a, Tensor) or sum_a.ndim != 1:
+        got = tuple(sum_a.shape) if isinstance(sum_a, Tensor) else type(sum_a).__name__
+        raise ValueError(f"`stats.sum_a` must have shape (D,); got {got}")
+    dim = sum_a.shape[0]
     for name, field, shape in [
-        ("stats.sum_a", sum_a, (dim,)),
         ("stats.gram_a", gram_a, (dim, dim)),
         ("stats.sum_b", sum_b, (dim,)),
         ("stats.gram_b", gram_b, (dim, dim)),
         ("stats.sum_sq_diff", sum_sq_diff, ()),
         ("stats.count", count, ()),
     ]:
-        if dim is None or not isinstance(field, Tensor) or field.shape != shape:
+        if not isinstance(field, Tensor) or field.shape != shape:
             got = tuple(field.shape) if isinstance(field, Tensor) else type(field).__name__
-            raise ValueError(f"`{name}` must have shape {shape if dim is not None else '(D,)'}; got {got}")
+            raise ValueError(f"`{name}` must have shape {shape}; got {got}")
     eps = _check_number("eps", eps)
-    assert dim is not None  # (checked above)
     n = count.clamp(min=1)
     denominator = (count - 1).clamp(min=1)
     invariance = safe_divide(sum_sq_diff, count * dim)
