@@ -121,6 +121,7 @@ CASES: dict[str, Case] = {
     "BarlowTwinsLoss": Case(lambda: L.BarlowTwinsLoss(), _embeddings),
     "GlobalMeanLoss": Case(lambda: L.GlobalMeanLoss(), _values),
     "TokenCrossEntropyLoss": Case(lambda: L.TokenCrossEntropyLoss(), _tokens),
+    "VICRegLoss": Case(lambda: L.VICRegLoss(), _embeddings),
 }
 
 #: the classes whose states are lists (their forward, update and compute run eagerly under torch.compile)

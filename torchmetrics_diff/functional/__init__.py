@@ -40,6 +40,7 @@ from torchmetrics_diff.functional._contrastive import (
     supcon_block,
     supcon_loss,
 )
+from torchmetrics_diff.functional._dino import dino_center_update
 from torchmetrics_diff.functional._global import (
     clip_sum,
     global_barlow_twins_loss,
@@ -72,6 +73,16 @@ from torchmetrics_diff.functional._retrieval import (
 )
 from torchmetrics_diff.functional._strategy import STRATEGIES, global_rows_loss
 from torchmetrics_diff.functional._text import perplexity
+from torchmetrics_diff.functional._vicreg import (
+    VICRegStats,
+    VICRegTerms,
+    global_vicreg_loss,
+    global_vicreg_stats,
+    vicreg_from_stats,
+    vicreg_loss,
+    vicreg_stats,
+    vicreg_terms,
+)
 
 __all__ = [
     "STRATEGIES",
@@ -120,4 +131,14 @@ __all__ = [
     "retrieval_ranks",
     "retrieval_recall_at_k",
     "stat_scores",
+    # self-supervised regularizers
+    "VICRegStats",
+    "VICRegTerms",
+    "dino_center_update",
+    "global_vicreg_loss",
+    "global_vicreg_stats",
+    "vicreg_from_stats",
+    "vicreg_loss",
+    "vicreg_stats",
+    "vicreg_terms",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torchmetrics_diff.losses._base import GlobalBatchLoss
 from torchmetrics_diff.losses.contrastive import BarlowTwinsLoss, CLIPLoss, InfoNCELoss, SigLIPLoss, SupConLoss
 from torchmetrics_diff.losses.normalized import GlobalMeanLoss, TokenCrossEntropyLoss
+from torchmetrics_diff.losses.self_supervised import DINOCenter, VICRegLoss
 
 __all__ = [
     "BarlowTwinsLoss",
@@ -15,4 +16,6 @@ __all__ = [
     "SigLIPLoss",
     "SupConLoss",
     "TokenCrossEntropyLoss",
+    "DINOCenter",
+    "VICRegLoss",
 ]

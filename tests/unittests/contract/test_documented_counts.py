@@ -69,11 +69,13 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
     from torchmetrics_diff.losses import (
         BarlowTwinsLoss,
         CLIPLoss,
+        DINOCenter,
         GlobalMeanLoss,
         InfoNCELoss,
         SigLIPLoss,
         SupConLoss,
         TokenCrossEntropyLoss,
+        VICRegLoss,
     )
 
     g = torch.Generator().manual_seed(100 + rank)
@@ -274,6 +276,10 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
             lambda: (_views(), torch.tensor([0, 1, 0, 1])),
         )
     contrastive("BarlowTwinsLoss", BarlowTwinsLoss(), lambda: (grad(_emb(g)), grad(_emb(g))))
+    contrastive("VICRegLoss", VICRegLoss(), lambda: (grad(_emb(g, 3 + rank)), grad(_emb(g, 3 + rank))))
+    dino = DINOCenter(8)
+    for i in range(3):
+        count(f"DINOCenter update {i + 1}", lambda: dino.update(_emb(g, 2 * rank)))
 
     # --- the normalized losses: per call, and a block of gradient accumulation
     for name, build, args in (
@@ -597,6 +603,28 @@ CLAIMS: list[Claim] = [
         {**_each("BarlowTwinsLoss forward {}", 2), **_each("BarlowTwinsLoss forward {} [all_reduce]", 1)},
     ),
     Claim("docs/losses/barlow_twins.rst", "and the backward needs none", _each("BarlowTwinsLoss backward {}", 0)),
+    Claim(
+        "docs/losses/vicreg.rst",
+        "one differentiable all-reduce sums them (after the call header's exchange: two collectives per call)",
+        {**_each("VICRegLoss forward {}", 2), **_each("VICRegLoss forward {} [all_reduce]", 1)},
+    ),
+    Claim("docs/losses/vicreg.rst", "and the backward needs none", _each("VICRegLoss backward {}", 0)),
+    Claim(
+        "docs/losses/vicreg.rst",
+        "nothing is gathered: one all-reduce of ``D² + 3D + 2`` numbers replaces the all-gather",
+        {"VICRegLoss forward 3 [all_reduce]": 1, "VICRegLoss forward 3 [_all_gather_flat]": 1},
+    ),
+    Claim(
+        "docs/losses/dino.rst",
+        "one all-reduce of ``D + 1`` numbers per update, without gradient (two collectives with the call header's "
+        "exchange",
+        {**_each("DINOCenter update {}", 2), **_each("DINOCenter update {} [all_reduce]", 1)},
+    ),
+    Claim(
+        "docs/guide/decisions.rst",
+        "``update`` that moves it with one all-reduce of the step's sum and row count",
+        _each("DINOCenter update {} [all_reduce]", 1),
+    ),
     Claim(
         "docs/losses/clip.rst",
         "in one all-gather, and every rank combines them",
