@@ -121,6 +121,17 @@ CASES: dict[str, Case] = {
     "BarlowTwinsLoss": Case(lambda: L.BarlowTwinsLoss(), _embeddings),
     "GlobalMeanLoss": Case(lambda: L.GlobalMeanLoss(), _values),
     "TokenCrossEntropyLoss": Case(lambda: L.TokenCrossEntropyLoss(), _tokens),
+    "MeanAbsolutePercentageError": Case(lambda: T.MeanAbsolutePercentageError().double(), _pairs),
+    "SymmetricMeanAbsolutePercentageError": Case(lambda: T.SymmetricMeanAbsolutePercentageError().double(), _pairs),
+    "ExplainedVariance": Case(lambda: T.ExplainedVariance(multioutput="raw_values").double(), _pairs),
+    "KLDivergence": Case(lambda: T.KLDivergence().double(), lambda i: tuple(x.abs() + 0.1 for x in _embeddings(i))),
+    "KLDivergence-none": Case(
+        lambda: T.KLDivergence(log_prob=True, reduction="none").double(),
+        lambda i: tuple(x.log_softmax(-1) for x in _embeddings(i)),
+    ),
+    "SpearmanCorrCoef": Case(lambda: T.SpearmanCorrCoef().double(), _pairs),
+    "RetrievalMRR": Case(lambda: T.RetrievalMRR(top_k=3).double(), _embeddings),
+    "RetrievalNormalizedDCG": Case(lambda: T.RetrievalNormalizedDCG(top_k=3).double(), _embeddings),
 }
 
 #: the classes whose states are lists (their forward, update and compute run eagerly under torch.compile)
@@ -132,6 +143,10 @@ LIST_STATES = {
     "RetrievalMeanRank",
     "RetrievalMedianRank",
     "RetrievalMAPAtK",
+    "KLDivergence-none",
+    "SpearmanCorrCoef",
+    "RetrievalMRR",
+    "RetrievalNormalizedDCG",
 }
 
 
