@@ -536,7 +536,7 @@ def retrieval_ndcg(
     """Normalized discounted cumulative gain over the top ``top_k`` gallery items (nDCG@k), per direction, with
     binary relevance (a query's positives) and tied scores sharing their group's mean gain.
 
-    No collective; no gradient. See :func:`query_ndcg`'s definition and :doc:`/metrics/retrieval`.
+    No collective; no gradient. See the definition of nDCG@k in :doc:`/metrics/retrieval`.
 
     Args:
         image: image embeddings of shape ``(N, D)``, floating; row ``i`` pairs with row ``i`` of ``text``.
