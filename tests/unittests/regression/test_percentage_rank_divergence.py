@@ -21,6 +21,7 @@ from tests._helpers.checks import Checks, assert_no_failures
 from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
 from tests._helpers.metrics import IN_FEATURES, make_model
+from tests._helpers.outcomes import Outcome, outcome, problem
 from tests._helpers.seeds import F64, bounds, rand
 from torchmetrics_diff import (
     ExplainedVariance,
@@ -289,7 +290,20 @@ def _body(rank: int, world: int) -> dict:
         with record_collectives() as log:
             epoch.compute()
         calls[f"compute {step}"] = list(log)
-    return {"values": values, "grads": grads, "calls": calls, "failures": checks.failures}
+    # ranks that disagree on the number of outputs: the sync raises on every rank, and the ranks stay in step
+    odd = world > 1 and rank == world - 1
+    mismatched: dict[str, Outcome] = {}
+    for name, metric in {
+        "ExplainedVariance": ExplainedVariance(num_outputs=2 if odd else 1),
+        "SpearmanCorrCoef": SpearmanCorrCoef(num_outputs=2 if odd else 1),
+    }.items():
+        shape = (3, 2) if odd else (3,)
+        metric.update(torch.rand(shape), torch.rand(shape))
+        mismatched[name] = outcome(metric.compute)
+    after = MeanAbsolutePercentageError()
+    after.update(torch.full((2,), 2.0), torch.full((2,), 1.0 + rank))
+    mismatched["a sync after them"] = outcome(after.compute)
+    return {"values": values, "grads": grads, "calls": calls, "mismatched": mismatched, "failures": checks.failures}
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
@@ -308,6 +322,9 @@ def test_values_gradients_and_collectives_on_the_global_batch(world_size: int) -
 
     Collectives: a collection of MAPE, SMAPE, explained variance and Spearman (``sum`` and ``cat`` states), and
     one of KL divergence (mean and per row), sync in one collective per steady-state ``forward`` and ``compute``.
+
+    Disagreement: ranks whose explained variance or Spearman have different ``num_outputs`` get a ``RuntimeError``
+    naming the state and both shapes on every rank, and the next sync is exact.
     """
     results = run_distributed(_body, world_size, timeout=200)
     checks = Checks(f"W={world_size} ")
@@ -340,6 +357,19 @@ def test_values_gradients_and_collectives_on_the_global_batch(world_size: int) -
                 if case_name.endswith("0"):  # a first sync agrees on the plan: not the steady state
                     continue
                 checks.true(case_name, len(log) == 1, f"rank {rank}: {len(log)} collectives {log}, expected 1")
+        for rank, res in enumerate(results):
+            for name, state, shapes in (
+                ("ExplainedVariance", "'sum_error'", ("(1,)", "(2,)")),
+                ("SpearmanCorrCoef", "'preds'", ("(*, 1)", "(*, 2)")),
+            ):
+                found = problem(f"rank {rank} {name}", res["mismatched"][name], "RuntimeError", (state, *shapes))
+                checks.true(f"{name} with ranks of different num_outputs", found is None, str(found))
+    expected_after = sum(abs(2 - (1 + r)) / (1 + r) for r in range(world_size)) / world_size  # t = 1 + rank
+    for rank, res in enumerate(results):
+        got = res["mismatched"]["a sync after them"]
+        checks.true("a sync after the mismatches", got.kind == "ok", f"rank {rank}: {got.kind} {got.message}")
+        if got.kind == "ok":
+            checks.close(f"the sync after the mismatches (rank {rank})", float(got.value), expected_after, rtol=1e-6)
     assert_no_failures(checks.failures + [f for res in results for f in res["failures"]])
 
 
