@@ -8,6 +8,9 @@ functions are both in one call.
 
 The statistics are sums in at least float32 (half-precision inputs are cast to float32 first; Pearson's are
 float64), so the values of half-precision inputs are float32.
+
+Two are not sums of rows alone: the KL divergence without reduction is a value per row, and Spearman's rank
+correlation needs the ranks of the whole batch (:func:`rank_columns`), so its metric keeps the rows themselves.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Cross-modal retrieval over paired embeddings: ranks, recall@k, mean/median rank and mAP@k, scored in chunks.
+"""Cross-modal retrieval over paired embeddings: ranks, recall@k, mean/median rank, mAP@k, MRR and nDCG@k, in chunks.
 
 Row ``i`` of ``image`` and row ``i`` of ``text`` are a pair. Image-to-text (``"i2t"``) retrieval uses each image
 as a query against every text (the gallery), text-to-image (``"t2i"``) the reverse. A gallery item is a
@@ -15,6 +15,9 @@ Definitions (per query, then averaged over queries):
   mean of precision@i at the positions ``i`` holding a positive, 0 when none of them does. Unlike torchmetrics,
   a positive with a score ``<= 0`` still counts as relevant (cosine scores are often negative; a ranking
   metric must not depend on the scores' sign).
+- **reciprocal rank** (averaged: MRR): ``1 / rank``, 0 for a rank beyond ``top_k``;
+- **nDCG@k**: ``Σ_{i <= k} rel_i / log2(i + 1)`` over the gallery sorted by score (``rel`` 1 for a positive),
+  divided by the same sum for the ideal order; tied scores share their tie group's mean gain (``query_ndcg``).
 
 Queries are scored ``chunk_size`` at a time, so the memory is ``O(chunk_size × G)`` instead of ``O(N × G)``.
 """

@@ -1,4 +1,5 @@
-"""Differentiable regression metrics from sum states: exact global-batch values and gradients under DDP."""
+"""Regression metrics on the global batch: differentiable ones from sum states (exact values and gradients under
+DDP), and Spearman's rank correlation over every rank's rows."""
 
 from __future__ import annotations
 
