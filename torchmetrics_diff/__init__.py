@@ -7,8 +7,26 @@ from torchmetrics_diff.classification import AUROC, Accuracy, ConfusionMatrix, F
 from torchmetrics_diff.collections import MetricCollection
 from torchmetrics_diff.composition import CompositionalMetric
 from torchmetrics_diff.metric import Metric
-from torchmetrics_diff.regression import CosineSimilarity, MeanAbsoluteError, MeanSquaredError, PearsonCorrCoef, R2Score
-from torchmetrics_diff.retrieval import RetrievalMAPAtK, RetrievalMeanRank, RetrievalMedianRank, RetrievalRecallAtK
+from torchmetrics_diff.regression import (
+    CosineSimilarity,
+    ExplainedVariance,
+    KLDivergence,
+    MeanAbsoluteError,
+    MeanAbsolutePercentageError,
+    MeanSquaredError,
+    PearsonCorrCoef,
+    R2Score,
+    SpearmanCorrCoef,
+    SymmetricMeanAbsolutePercentageError,
+)
+from torchmetrics_diff.retrieval import (
+    RetrievalMAPAtK,
+    RetrievalMeanRank,
+    RetrievalMedianRank,
+    RetrievalMRR,
+    RetrievalNormalizedDCG,
+    RetrievalRecallAtK,
+)
 from torchmetrics_diff.text import Perplexity
 
 __version__ = "0.1.0"
@@ -39,4 +57,11 @@ __all__ = [
     "RetrievalMeanRank",
     "RetrievalMedianRank",
     "RetrievalRecallAtK",
+    "ExplainedVariance",
+    "KLDivergence",
+    "MeanAbsolutePercentageError",
+    "SpearmanCorrCoef",
+    "SymmetricMeanAbsolutePercentageError",
+    "RetrievalMRR",
+    "RetrievalNormalizedDCG",
 ]

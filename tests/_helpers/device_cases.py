@@ -178,6 +178,47 @@ def _map_at_k(image: Tensor, text: Tensor) -> dict[str, float]:
     }
 
 
+def _distributions(n: int) -> tuple[Tensor, ...]:
+    g = _gen("distributions", n)
+    return tuple(torch.rand(2, n, 4, generator=g, dtype=F64) + 0.05)
+
+
+def _kl(p: Tensor, q: Tensor) -> float:
+    """Mean over rows of ``Σ p log(p / q)``, each row divided by its sum first."""
+    rows = []
+    for a, b in zip(p.tolist(), q.tolist()):
+        pa, qb = [x / sum(a) for x in a], [x / sum(b) for x in b]
+        rows.append(sum(x * float(torch.tensor(x / y, dtype=F64).log()) for x, y in zip(pa, qb)))
+    return statistics.fmean(rows)
+
+
+def _explained_variance(preds: Tensor, target: Tensor) -> float:
+    err, t = (target - preds).tolist(), target.tolist()
+    return 1 - statistics.pvariance(err) / statistics.pvariance(t)
+
+
+def _average_ranks(x: list[float]) -> list[float]:
+    """1 + the values below, plus half the other values equal (ties share the mean of their ranks)."""
+    return [1 + sum(y < v for y in x) + (sum(y == v for y in x) - 1) / 2 for v in x]
+
+
+def _spearman(preds: Tensor, target: Tensor) -> float:
+    return _pearson(torch.tensor(_average_ranks(preds.tolist())), torch.tensor(_average_ranks(target.tolist())))
+
+
+def _mrr(image: Tensor, text: Tensor) -> dict[str, float]:
+    return {f"{d}_MRR": statistics.fmean(1 / x for x in r) for d, r in _ranks(image, text).items()}
+
+
+def _ndcg_at_k(image: Tensor, text: Tensor) -> dict[str, float]:
+    """One positive per query (its pair), no ties: nDCG@k is ``1 / log2(rank + 1)`` within the top k, else 0."""
+    k = K_TOP[-1]
+    return {
+        f"{d}_nDCG@{k}": statistics.fmean(1 / float(torch.tensor(x + 1.0).log2()) if x <= k else 0.0 for x in r)
+        for d, r in _ranks(image, text).items()
+    }
+
+
 class MetricCase(NamedTuple):
     make: Callable[[], tmd.Metric]
     data: Callable[[int], tuple[Tensor, ...]]  # the global batch of n rows; a rank updates with its rows
@@ -219,6 +260,19 @@ METRIC_CASES: dict[str, MetricCase] = {
     "RetrievalMeanRank": MetricCase(tmd.RetrievalMeanRank, _pairs, _mean_rank),
     "RetrievalMedianRank": MetricCase(tmd.RetrievalMedianRank, _pairs, _median_rank),
     "RetrievalMAPAtK": MetricCase(lambda: tmd.RetrievalMAPAtK(top_k=K_TOP[-1]), _pairs, _map_at_k),
+    "MeanAbsolutePercentageError": MetricCase(
+        tmd.MeanAbsolutePercentageError, _regression, lambda p, t: float(((p - t).abs() / t.abs()).mean())
+    ),
+    "SymmetricMeanAbsolutePercentageError": MetricCase(
+        tmd.SymmetricMeanAbsolutePercentageError,
+        _regression,
+        lambda p, t: float((2 * (p - t).abs() / (p.abs() + t.abs())).mean()),
+    ),
+    "ExplainedVariance": MetricCase(tmd.ExplainedVariance, _regression, _explained_variance),
+    "KLDivergence": MetricCase(tmd.KLDivergence, _distributions, _kl),
+    "SpearmanCorrCoef": MetricCase(tmd.SpearmanCorrCoef, _regression, _spearman),
+    "RetrievalMRR": MetricCase(tmd.RetrievalMRR, _pairs, _mrr),
+    "RetrievalNormalizedDCG": MetricCase(lambda: tmd.RetrievalNormalizedDCG(top_k=K_TOP[-1]), _pairs, _ndcg_at_k),
 }
 
 

@@ -59,15 +59,22 @@ from torchmetrics_diff.functional._normalized import (
 )
 from torchmetrics_diff.functional._regression import (
     cosine_similarity,
+    explained_variance,
+    kl_divergence,
     mean_absolute_error,
+    mean_absolute_percentage_error,
     mean_squared_error,
     pearson_corrcoef,
     r2_score,
+    spearman_corrcoef,
+    symmetric_mean_absolute_percentage_error,
 )
 from torchmetrics_diff.functional._retrieval import (
     retrieval_map_at_k,
     retrieval_mean_rank,
     retrieval_median_rank,
+    retrieval_mrr,
+    retrieval_ndcg,
     retrieval_ranks,
     retrieval_recall_at_k,
 )
@@ -141,4 +148,11 @@ __all__ = [
     "vicreg_loss",
     "vicreg_stats",
     "vicreg_terms",
+    "explained_variance",
+    "kl_divergence",
+    "mean_absolute_percentage_error",
+    "spearman_corrcoef",
+    "symmetric_mean_absolute_percentage_error",
+    "retrieval_mrr",
+    "retrieval_ndcg",
 ]

@@ -8,6 +8,9 @@ functions are both in one call.
 
 The statistics are sums in at least float32 (half-precision inputs are cast to float32 first; Pearson's are
 float64), so the values of half-precision inputs are float32.
+
+Two are not sums of rows alone: the KL divergence without reduction is a value per row, and Spearman's rank
+correlation needs the ranks of the whole batch (:func:`rank_columns`), so its metric keeps the rows themselves.
 """
 
 from __future__ import annotations
@@ -389,3 +392,299 @@ def cosine_similarity(preds: torch.Tensor, target: torch.Tensor, reduction: str 
     if reduction == "mean":
         return sims.mean()
     return sims
+
+
+# ------------------------------------------------------------------------------------- percentage errors
+#: the floor of a percentage error's denominator (scikit-learn's and torchmetrics' value): a target of 0 gives a
+#: large finite error, never ``inf``
+PERCENTAGE_EPSILON = 1.17e-06
+
+
+def mean_absolute_percentage_error_stats(
+    preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(Σ |p - t| / max(|t|, ε), N)`` per output, ``ε`` = :data:`PERCENTAGE_EPSILON`."""
+    p, t = _columns(preds, target, num_outputs)
+    ratio = (p - t).abs() / t.abs().clamp(min=PERCENTAGE_EPSILON)
+    return ratio.sum(0), torch.full((), p.shape[0], dtype=torch.int64, device=p.device)
+
+
+def mean_absolute_percentage_error(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean absolute percentage error ``Σ |p - t| / max(|t|, ε) / N`` of a batch (a fraction: 0.1 is 10 %).
+
+    The functional form of :class:`~torchmetrics_diff.MeanAbsolutePercentageError`; no collective;
+    differentiable. ``ε = 1.17e-6`` (scikit-learn's and torchmetrics' floor) keeps a zero target finite.
+
+    Args:
+        preds: predictions, a real floating or integer tensor of any shape (every element is one observation).
+        target: targets of the shape of ``preds``.
+
+    Returns:
+        0-d; NaN for empty inputs. The dtype is the inputs' for float32 and float64 inputs, float32 for
+        half-precision ones, the default dtype for integer ones.
+
+    Raises:
+        ValueError: ``preds`` and ``target`` of different shapes, or complex or boolean tensors.
+
+    Example:
+        >>> import torch
+        >>> mean_absolute_percentage_error(torch.tensor([0.9, 15.0, 1.2e6]), torch.tensor([1.0, 10.0, 1e6]))
+        tensor(0.2667)
+    """
+    return _mean(*mean_absolute_percentage_error_stats(preds, target))
+
+
+def symmetric_mean_absolute_percentage_error_stats(
+    preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(Σ 2 |p - t| / max(|t| + |p|, ε), N)`` per output, ``ε`` = :data:`PERCENTAGE_EPSILON`."""
+    p, t = _columns(preds, target, num_outputs)
+    ratio = 2 * (p - t).abs() / (t.abs() + p.abs()).clamp(min=PERCENTAGE_EPSILON)
+    return ratio.sum(0), torch.full((), p.shape[0], dtype=torch.int64, device=p.device)
+
+
+def symmetric_mean_absolute_percentage_error(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Symmetric mean absolute percentage error ``Σ 2 |p - t| / max(|t| + |p|, ε) / N`` of a batch, in ``[0, 2]``.
+
+    The functional form of :class:`~torchmetrics_diff.SymmetricMeanAbsolutePercentageError`; no collective;
+    differentiable. ``ε = 1.17e-6``, as torchmetrics.
+
+    Args:
+        preds: predictions, a real floating or integer tensor of any shape (every element is one observation).
+        target: targets of the shape of ``preds``.
+
+    Returns:
+        0-d; NaN for empty inputs. The dtype is the inputs' for float32 and float64 inputs, float32 for
+        half-precision ones, the default dtype for integer ones.
+
+    Raises:
+        ValueError: ``preds`` and ``target`` of different shapes, or complex or boolean tensors.
+
+    Example:
+        >>> import torch
+        >>> symmetric_mean_absolute_percentage_error(torch.tensor([0.9, 15.0, 1.2e6]), torch.tensor([1.0, 10.0, 1e6]))
+        tensor(0.2290)
+    """
+    return _mean(*symmetric_mean_absolute_percentage_error_stats(preds, target))
+
+
+# ---------------------------------------------------------------------------------------- explained variance
+def explained_variance_stats(
+    preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(Σ (t - p), Σ (t - p)², Σ t, Σ t², N)`` per output (``N`` a scalar)."""
+    p, t = _columns(preds, target, num_outputs, flatten=False)
+    err = t - p
+    count = torch.full((), p.shape[0], dtype=torch.int64, device=p.device)
+    return err.sum(0), (err * err).sum(0), t.sum(0), (t * t).sum(0), count
+
+
+def check_multioutput(multioutput: Any) -> str:
+    """``multioutput`` if it is one of :data:`MULTIOUTPUTS`."""
+    if multioutput not in MULTIOUTPUTS:
+        raise ValueError(f"`multioutput` must be one of {MULTIOUTPUTS}; got {multioutput!r}")
+    return multioutput
+
+
+def explained_variance_from_stats(
+    sum_error: torch.Tensor,
+    sum_squared_error: torch.Tensor,
+    sum_target: torch.Tensor,
+    sum_squared_target: torch.Tensor,
+    count: torch.Tensor,
+    multioutput: str = "uniform_average",
+) -> torch.Tensor:
+    """``1 - Var(t - p) / Var(t)`` per output from the sums of :func:`explained_variance_stats`, combined as
+    ``multioutput`` says.
+
+    As torchmetrics (and scikit-learn): an output whose error variance is exactly 0 scores 1, one whose target
+    variance is exactly 0 but error variance is not scores 0; ``"variance_weighted"`` weights each output by its
+    target variance. Computed with ``torch.where``, so the gradient stays finite.
+    """
+    check_multioutput(multioutput)
+    mean_error = sum_error / count
+    numerator = sum_squared_error / count - mean_error * mean_error
+    mean_target = sum_target / count
+    denominator = sum_squared_target / count - mean_target * mean_target
+    num_zero, den_zero = numerator == 0, denominator == 0
+    usable = ~num_zero & ~den_zero
+    ratio = numerator / torch.where(usable, denominator, torch.ones_like(denominator))
+    ones = torch.ones_like(ratio)
+    scores = torch.where(usable, 1 - ratio, torch.where(num_zero, ones, torch.zeros_like(ratio)))
+    if multioutput == "raw_values":
+        return _squeeze_single(scores)
+    if multioutput == "uniform_average":
+        return scores.mean()
+    return (denominator / denominator.sum() * scores).sum()
+
+
+def explained_variance(preds: torch.Tensor, target: torch.Tensor, multioutput: str = "uniform_average") -> torch.Tensor:
+    """Explained variance ``1 - Var(t - p) / Var(t)`` of a batch (population variances), per column of ``(N, M)``
+    inputs.
+
+    The functional form of :class:`~torchmetrics_diff.ExplainedVariance`; no collective; differentiable. An
+    output whose error variance is 0 scores 1; one whose target is constant but error variance is not scores 0.
+
+    Args:
+        preds: predictions of shape ``(N,)`` or ``(N, M)``, real floating or integer.
+        target: targets of the shape of ``preds``.
+        multioutput: how ``M`` outputs combine: ``"uniform_average"`` (default: their mean), ``"raw_values"``
+            (one score per output) or ``"variance_weighted"`` (weighted by each target's variance).
+
+    Returns:
+        0-d, or shape ``(M,)`` with ``multioutput="raw_values"`` and ``M > 1``; NaN for empty inputs.
+        The dtype is the inputs' for float32 and float64 inputs, float32 for half-precision ones, the default
+        dtype for integer ones.
+
+    Raises:
+        ValueError: shapes that differ or are not ``(N,)``/``(N, M)``, complex or boolean tensors, or an unknown
+            ``multioutput``.
+
+    Example:
+        >>> import torch
+        >>> target = torch.tensor([[0.5, 1.0], [-1.0, 1.0], [7.0, -6.0]])
+        >>> preds = torch.tensor([[0.0, 2.0], [-1.0, 2.0], [8.0, -5.0]])
+        >>> explained_variance(preds, target, multioutput="raw_values")
+        tensor([0.9677, 1.0000])
+    """
+    check_multioutput(multioutput)
+    stats = explained_variance_stats(preds, target, _outputs_of(preds))
+    return explained_variance_from_stats(*stats, multioutput=multioutput)
+
+
+# ------------------------------------------------------------------------------------------- KL divergence
+KL_REDUCTIONS = ("mean", "sum", "none", None)
+
+
+def check_kl_args(log_prob: Any, reduction: Any) -> None:
+    """``log_prob`` a bool, ``reduction`` one of :data:`KL_REDUCTIONS`."""
+    if not isinstance(log_prob, bool):
+        raise ValueError(f"`log_prob` must be a bool; got {log_prob!r}")
+    if reduction not in KL_REDUCTIONS:
+        raise ValueError(f"`reduction` must be one of {KL_REDUCTIONS}; got {reduction!r}")
+
+
+def kl_divergence_rows(p: torch.Tensor, q: torch.Tensor, log_prob: bool = False) -> torch.Tensor:
+    """``KL(p_i ‖ q_i)`` of each row of two ``(N, D)`` distributions, shape ``(N,)``.
+
+    With ``log_prob=False`` each row is first divided by its sum; a term with ``p = 0`` is 0 (with a zero
+    gradient), one with ``p > 0`` and ``q = 0`` is ``inf``. With ``log_prob=True`` the rows are log-probabilities
+    and the divergence is ``Σ exp(p) (p - q)``.
+    """
+    for name, value in (("p", p), ("q", q)):
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"`{name}` must be a tensor; got {type(value).__name__}")
+        if value.is_complex() or value.dtype == torch.bool:
+            raise ValueError(f"`{name}` must be a real floating or integer tensor; got dtype {value.dtype}")
+        if value.ndim != 2:
+            raise ValueError(f"`{name}` must be a 2-D (N, D) distribution; got shape {tuple(value.shape)}")
+    if p.shape != q.shape:
+        raise ValueError(f"`p` and `q` must have the same shape; got p {tuple(p.shape)} and q {tuple(q.shape)}")
+    if not isinstance(log_prob, bool):
+        raise ValueError(f"`log_prob` must be a bool; got {log_prob!r}")
+    p, q = _as_float(p), _as_float(q)
+    if log_prob:
+        return (p.exp() * (p - q)).sum(-1)
+    p = p / p.sum(-1, keepdim=True)
+    q = q / q.sum(-1, keepdim=True)
+    present = p > 0
+    safe_p = torch.where(present, p, torch.ones_like(p))  # log(0) is not evaluated: no NaN in the gradient
+    return torch.where(present, p * torch.log(safe_p / q), torch.zeros_like(p)).sum(-1)
+
+
+def kl_divergence(
+    p: torch.Tensor, q: torch.Tensor, log_prob: bool = False, reduction: str | None = "mean"
+) -> torch.Tensor:
+    """Kullback-Leibler divergence ``KL(p ‖ q) = Σ_d p_d log(p_d / q_d)`` of each row pair, reduced over rows.
+
+    The functional form of :class:`~torchmetrics_diff.KLDivergence`; no collective; differentiable.
+
+    Args:
+        p: the data distributions, shape ``(N, D)``, real floating (or integer counts): probabilities (each row
+            is divided by its sum) or, with ``log_prob=True``, log-probabilities.
+        q: the approximating distributions, shape ``(N, D)``, given as ``p`` is.
+        log_prob: ``True`` if ``p`` and ``q`` are log-probabilities. Default ``False``.
+        reduction: ``"mean"`` (default) over the rows, ``"sum"``, or ``"none"``/``None`` (one value per row).
+
+    Returns:
+        0-d, or shape ``(N,)`` without reduction; ``mean`` of no rows is NaN. A row where ``q`` is 0 and ``p``
+        is not gives ``inf``. The dtype is the inputs' for float32 and float64 inputs, float32 for
+        half-precision ones, the default dtype for integer ones.
+
+    Raises:
+        ValueError: tensors that are not of one ``(N, D)`` shape, complex or boolean tensors, a non-bool
+            ``log_prob`` or an unknown ``reduction``.
+
+    Example:
+        >>> import torch
+        >>> kl_divergence(torch.tensor([[0.36, 0.48, 0.16]]), torch.tensor([[1 / 3, 1 / 3, 1 / 3]]))
+        tensor(0.0853)
+    """
+    check_kl_args(log_prob, reduction)
+    rows = kl_divergence_rows(p, q, log_prob)
+    if reduction == "mean":
+        return rows.mean()
+    if reduction == "sum":
+        return rows.sum()
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ Spearman
+def rank_columns(x: torch.Tensor) -> torch.Tensor:
+    """The rank (1 = smallest) of every element of ``x`` within its column, ties given the mean of their ranks
+    (``scipy.stats.rankdata``'s ``"average"``); float64 of the shape of ``x`` (``(N,)`` or ``(N, M)``)."""
+    values, order = x.sort(dim=0, stable=True)
+    n = x.shape[0]
+    pos = torch.arange(n, device=x.device).reshape(-1, *([1] * (x.ndim - 1))).expand_as(values)
+    if n == 0:
+        return torch.zeros_like(x, dtype=torch.float64)
+    first = torch.ones_like(values[:1], dtype=torch.bool)
+    starts = torch.cat([first, values[1:] != values[:-1]])  # a tie group begins here
+    ends = torch.cat([values[:-1] != values[1:], first])  # a tie group ends here
+    start = torch.where(starts, pos, torch.zeros_like(pos)).cummax(0).values
+    end = torch.where(ends, pos, torch.full_like(pos, n - 1)).flip(0).cummin(0).values.flip(0)
+    average = (start + end).to(torch.float64) / 2 + 1
+    return torch.empty_like(average).scatter_(0, order, average)
+
+
+def spearman_corrcoef_from_rows(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Spearman's rho of ``(N, M)`` columns: Pearson's r of their tie-averaged ranks (float64, NaN with a warning
+    for a constant column)."""
+    return pearson_corrcoef_from_stats(
+        pearson_corrcoef_stats(rank_columns(preds), rank_columns(target), preds.shape[1])
+    )
+
+
+def spearman_rows(preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``preds`` and ``target`` checked and as detached ``(N, num_outputs)`` float tensors."""
+    p, t = _columns(preds, target, num_outputs, flatten=False)
+    return p.detach(), t.detach()
+
+
+def spearman_corrcoef(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Spearman's rank correlation coefficient of a batch, per column of ``(N, M)`` inputs: Pearson's r of the
+    ranks, tied values sharing the mean of their ranks (as ``scipy.stats.spearmanr``).
+
+    The functional form of :class:`~torchmetrics_diff.SpearmanCorrCoef`; no collective; **not differentiable**
+    (ranks are piecewise constant; the result carries no graph).
+
+    Args:
+        preds: predictions of shape ``(N,)`` or ``(N, M)``, real floating or integer.
+        target: targets of the shape of ``preds``.
+
+    Returns:
+        0-d for ``(N,)`` inputs, else shape ``(M,)``, in [-1, 1]; NaN, with a ``UserWarning``, for a constant
+        column (or fewer than two rows). The dtype is the inputs' for float32 and float64 inputs, float32 for
+        half-precision ones, the default dtype for integer ones.
+
+    Raises:
+        ValueError: shapes that differ or are not ``(N,)``/``(N, M)``, or complex or boolean tensors.
+
+    Example:
+        >>> import torch
+        >>> spearman_corrcoef(torch.tensor([2.5, 0.0, 2.0, 8.0]), torch.tensor([3.0, -0.5, 2.0, 7.0]))
+        tensor(1.)
+    """
+    p, t = spearman_rows(preds, target, _outputs_of(preds))
+    rho = spearman_corrcoef_from_rows(p, t)
+    return rho.to(acc_dtype(preds.dtype) if preds.is_floating_point() else torch.get_default_dtype())

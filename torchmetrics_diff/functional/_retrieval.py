@@ -1,4 +1,4 @@
-"""Cross-modal retrieval over paired embeddings: ranks, recall@k, mean/median rank and mAP@k, scored in chunks.
+"""Cross-modal retrieval over paired embeddings: ranks, recall@k, mean/median rank, mAP@k, MRR and nDCG@k, in chunks.
 
 Row ``i`` of ``image`` and row ``i`` of ``text`` are a pair. Image-to-text (``"i2t"``) retrieval uses each image
 as a query against every text (the gallery), text-to-image (``"t2i"``) the reverse. A gallery item is a
@@ -15,6 +15,9 @@ Definitions (per query, then averaged over queries):
   mean of precision@i at the positions ``i`` holding a positive, 0 when none of them does. Unlike torchmetrics,
   a positive with a score ``<= 0`` still counts as relevant (cosine scores are often negative; a ranking
   metric must not depend on the scores' sign).
+- **reciprocal rank** (averaged: MRR): ``1 / rank``, 0 for a rank beyond ``top_k``;
+- **nDCG@k**: ``Σ_{i <= k} rel_i / log2(i + 1)`` over the gallery sorted by score (``rel`` 1 for a positive),
+  divided by the same sum for the ideal order; tied scores share their tie group's mean gain (``query_ndcg``).
 
 Queries are scored ``chunk_size`` at a time, so the memory is ``O(chunk_size × G)`` instead of ``O(N × G)``.
 """
@@ -94,12 +97,7 @@ def query_scores(
     for start in range(0, n, chunk_size):
         stop = min(start + chunk_size, n)
         scores = queries[start:stop] @ gallery.T  # (c, G): the only O(chunk x gallery) tensors live in this loop
-        rows = torch.arange(stop - start, device=scores.device)
-        positive = torch.zeros_like(scores, dtype=torch.bool)
-        positive[rows, rows + start] = True
-        if labels is not None:
-            own = labels[start:stop, None]
-            positive |= (own == labels[None, :]) & (own >= 0)
+        positive = _positives(scores, start, labels)
         best = scores.masked_fill(~positive, float("-inf")).amax(1, keepdim=True)
         ranks.append(1 + ((scores >= best) & ~positive).sum(1))
         if ap_k is not None:
@@ -113,6 +111,63 @@ def query_scores(
     rank = torch.cat(ranks) if ranks else empty_long
     ap = None if ap_k is None else (torch.cat(aps) if aps else empty_long.to(torch.float64))  # on the queries' device
     return rank, ap
+
+
+def _positives(scores: torch.Tensor, start: int, labels: torch.Tensor | None) -> torch.Tensor:
+    """The ``(c, G)`` mask of the positives of the queries ``start .. start + c``: their own pairs and, with
+    ``labels``, the gallery rows sharing their label."""
+    rows = torch.arange(scores.shape[0], device=scores.device)
+    positive = torch.zeros_like(scores, dtype=torch.bool)
+    positive[rows, rows + start] = True
+    if labels is not None:
+        own = labels[start : start + scores.shape[0], None]
+        positive |= (own == labels[None, :]) & (own >= 0)
+    return positive
+
+
+def query_ndcg(
+    queries: torch.Tensor,
+    gallery: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    chunk_size: int = 1024,
+    top_k: int | None = None,
+) -> torch.Tensor:
+    """nDCG@``top_k`` of each query (float64, shape ``(N,)``) with binary relevance (its positives, as in
+    :func:`query_scores`); ``top_k=None``: the whole gallery.
+
+    Tied scores share the mean gain of their tie group (scikit-learn's ``ndcg_score`` and torchmetrics'
+    ``retrieval_normalized_dcg`` do the same): over the top ``k`` positions, ``DCG = Σ_i gain(group of i) /
+    log2(i + 1)``, where a group's gain is the fraction of positives among *all* gallery items with its score
+    (the group that straddles position ``k`` counts its members beyond ``k`` too). The ideal DCG puts the
+    query's ``P`` positives first: ``Σ_{i <= min(k, P)} 1 / log2(i + 1)``. Per chunk this costs a ``topk`` and
+    two passes over the ``(chunk, G)`` scores, not a sort of them.
+    """
+    n, g = queries.shape[0], gallery.shape[0]
+    k = g if top_k is None else min(top_k, g)
+    out = []
+    discount = 1 / torch.log2(torch.arange(2, k + 2, device=queries.device, dtype=torch.float64))
+    ideal = discount.cumsum(0)
+    for start in range(0, n, chunk_size):
+        stop = min(start + chunk_size, n)
+        scores = queries[start:stop] @ gallery.T  # (c, G)
+        positive = _positives(scores, start, labels)
+        values, top = scores.topk(k, dim=1)  # descending: tied scores are adjacent
+        relevant = positive.gather(1, top).to(torch.float64)
+        new_group = torch.ones_like(values, dtype=torch.bool)
+        new_group[:, 1:] = values[:, 1:] != values[:, :-1]
+        group = new_group.cumsum(1) - 1  # (c, k): the tie group of each top position
+        gains = torch.zeros_like(relevant).scatter_add_(1, group, relevant)
+        counts = torch.zeros_like(relevant).scatter_add_(1, group, torch.ones_like(relevant))
+        # the last group may go on past position k: its count and positives over the whole row
+        last = group[:, -1:]
+        at_last = scores == values[:, -1:]
+        gains.scatter_(1, last, (at_last & positive).sum(1, keepdim=True).to(torch.float64))
+        counts.scatter_(1, last, at_last.sum(1, keepdim=True).to(torch.float64))
+        mean_gain = (gains / counts.clamp(min=1)).gather(1, group)
+        dcg = (mean_gain * discount).sum(1)
+        best = ideal[(positive.sum(1).clamp(max=k) - 1).clamp(min=0)]
+        out.append(dcg / best)
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device=queries.device)
 
 
 def embed(x: torch.Tensor, normalize: bool) -> torch.Tensor:
@@ -383,3 +438,137 @@ def retrieval_map_at_k(
 def map_from_aps(aps: dict[str, torch.Tensor | None], k: int) -> dict[str, torch.Tensor]:
     """``{"<direction>_mAP@<k>": mean AP}`` (NaN without queries)."""
     return _by_direction({d: ap for d, ap in aps.items() if ap is not None}, f"mAP@{k}", torch.mean)
+
+
+# --------------------------------------------------------------------------------------------- MRR and nDCG
+def check_optional_top_k(top_k: Any) -> int | None:
+    """``top_k`` if it is ``None`` (the whole gallery) or a positive int."""
+    if top_k is None:
+        return None
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ValueError(f"`top_k` must be a positive int or None; got {top_k!r}")
+    return top_k
+
+
+def _at(name: str, top_k: int | None) -> str:
+    return name if top_k is None else f"{name}@{top_k}"
+
+
+def mrr_from_ranks(ranks: dict[str, torch.Tensor], top_k: int | None = None) -> dict[str, torch.Tensor]:
+    """``{"<direction>_MRR[@<k>]": mean of 1 / rank}``, a rank beyond ``top_k`` counting 0 (NaN without
+    queries)."""
+
+    def mrr(r: torch.Tensor) -> torch.Tensor:
+        rr = 1 / r.to(torch.float64)
+        return (rr if top_k is None else torch.where(r <= top_k, rr, torch.zeros_like(rr))).mean()
+
+    return _by_direction(ranks, _at("MRR", top_k), mrr)
+
+
+def ndcg_directions(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    labels: torch.Tensor | None,
+    directions: Sequence[str],
+    chunk_size: int,
+    top_k: int | None,
+) -> dict[str, torch.Tensor]:
+    """:func:`query_ndcg` of each direction (image queries against the text gallery for ``"i2t"``)."""
+    pairs = {"i2t": (image, text), "t2i": (text, image)}
+    return {d: query_ndcg(*pairs[d], labels, chunk_size, top_k) for d in directions}
+
+
+def ndcg_from_values(values: dict[str, torch.Tensor], top_k: int | None = None) -> dict[str, torch.Tensor]:
+    """``{"<direction>_nDCG[@<k>]": mean nDCG}`` (NaN without queries)."""
+    return _by_direction(values, _at("nDCG", top_k), torch.mean)
+
+
+def retrieval_mrr(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    top_k: int | None = None,
+    directions: Sequence[str] = DIRECTIONS,
+    normalize: bool = True,
+    chunk_size: int = 1024,
+) -> dict[str, torch.Tensor]:
+    """Mean reciprocal rank of each query's best positive, per direction: the mean of ``1 / rank`` (0 for a rank
+    beyond ``top_k``).
+
+    No collective; no gradient. The rank is the module's (ties count against the query; see
+    :doc:`/metrics/retrieval`).
+
+    Args:
+        image: image embeddings of shape ``(N, D)``, floating; row ``i`` pairs with row ``i`` of ``text``.
+        text: text embeddings of shape ``(N, D)`` (the shape of ``image``).
+        labels: optional integer labels ``>= 0`` of shape ``(N,)``: gallery items sharing the query's label are
+            positives too. Default ``None``: only the query's own pair.
+        top_k: only the top ``k`` gallery items count (a positive int), or ``None`` (default): all of them.
+        directions: the directions to score, a subset of ``("i2t", "t2i")`` (default both).
+        normalize: L2-normalize the rows first, so scores are cosine similarities (default ``True``).
+        chunk_size: queries scored at a time; memory is ``O(chunk_size × N)``. Default 1024.
+
+    Returns:
+        ``{"i2t_MRR": value, "t2i_MRR": value}`` (keys ``"i2t_MRR@<k>"`` with ``top_k``), 0-d tensors in the
+        default dtype; NaN without queries.
+
+    Raises:
+        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+            direction, a non-positive ``chunk_size``, or a ``top_k`` that is neither ``None`` nor a positive int.
+
+    Example:
+        >>> import torch
+        >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
+        >>> retrieval_mrr(image, text)
+        {'i2t_MRR': tensor(0.6111), 't2i_MRR': tensor(0.7778)}
+    """
+    k = check_optional_top_k(top_k)
+    return mrr_from_ranks(retrieval_ranks(image, text, labels, directions, normalize, chunk_size), k)
+
+
+def retrieval_ndcg(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    top_k: int | None = None,
+    directions: Sequence[str] = DIRECTIONS,
+    normalize: bool = True,
+    chunk_size: int = 1024,
+) -> dict[str, torch.Tensor]:
+    """Normalized discounted cumulative gain over the top ``top_k`` gallery items (nDCG@k), per direction, with
+    binary relevance (a query's positives) and tied scores sharing their group's mean gain.
+
+    No collective; no gradient. See the definition of nDCG@k in :doc:`/metrics/retrieval`.
+
+    Args:
+        image: image embeddings of shape ``(N, D)``, floating; row ``i`` pairs with row ``i`` of ``text``.
+        text: text embeddings of shape ``(N, D)`` (the shape of ``image``).
+        labels: optional integer labels ``>= 0`` of shape ``(N,)``: gallery items sharing the query's label are
+            positives too. Default ``None``: only the query's own pair.
+        top_k: the cut-off ``k`` (a positive int), or ``None`` (default): the whole gallery.
+        directions: the directions to score, a subset of ``("i2t", "t2i")`` (default both).
+        normalize: L2-normalize the rows first, so scores are cosine similarities (default ``True``).
+        chunk_size: queries scored at a time; memory is ``O(chunk_size × N)``. Default 1024.
+
+    Returns:
+        ``{"i2t_nDCG": value, "t2i_nDCG": value}`` (keys ``"i2t_nDCG@<k>"`` with ``top_k``), 0-d tensors in the
+        default dtype; NaN without queries.
+
+    Raises:
+        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+            direction, a non-positive ``chunk_size``, or a ``top_k`` that is neither ``None`` nor a positive int.
+
+    Example:
+        >>> import torch
+        >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
+        >>> retrieval_ndcg(image, text, labels=torch.tensor([0, 1, 0]), top_k=2)
+        {'i2t_nDCG@2': tensor(0.4623), 't2i_nDCG@2': tensor(0.5377)}
+    """
+    k = check_optional_top_k(top_k)
+    image, text, labels = check_pairs(image, text, labels)
+    directions = check_directions(directions)
+    chunk_size = check_positive_int("chunk_size", chunk_size)
+    image, text = embed(image.detach(), normalize), embed(text.detach(), normalize)
+    return ndcg_from_values(ndcg_directions(image, text, labels, directions, chunk_size, k), k)

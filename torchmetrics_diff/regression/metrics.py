@@ -15,17 +15,24 @@ import torch
 
 from torchmetrics_diff.functional._regression import (
     check_cosine_reduction,
+    check_kl_args,
+    check_multioutput,
     check_num_outputs,
     check_r2_args,
     cosine_similarity_rows,
+    explained_variance_from_stats,
+    explained_variance_stats,
+    kl_divergence_rows,
     mean_absolute_error_from_stats,
     mean_absolute_error_stats,
+    mean_absolute_percentage_error_stats,
     mean_squared_error_from_stats,
     mean_squared_error_stats,
     pearson_corrcoef_from_stats,
     pearson_corrcoef_stats,
     r2_score_from_stats,
     r2_score_stats,
+    symmetric_mean_absolute_percentage_error_stats,
 )
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
@@ -291,3 +298,204 @@ class CosineSimilarity(Metric):
         if self.reduction == "mean":
             return self.sim_sum / self.total
         return dim_zero_cat(self.sims) if self.sims else torch.zeros(0, dtype=self.dtype, device=self.device)
+
+
+class MeanAbsolutePercentageError(_SumStatsMetric):
+    """Mean absolute percentage error ``Σ |p - t| / max(|t|, ε) / N`` (a fraction: 0.1 is 10 %), ``ε = 1.17e-6``.
+
+    States: ``sum_abs_per_error`` and ``total`` (``int64``), both ``sum``: every element of the inputs is an
+    observation, whatever their shape.
+
+    Args:
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import MeanAbsolutePercentageError
+        >>> metric = MeanAbsolutePercentageError()
+        >>> metric.update(torch.tensor([0.9, 15.0]), torch.tensor([1.0, 10.0]))
+        >>> metric.update(torch.tensor([1.2e6]), torch.tensor([1e6]))
+        >>> metric.compute()
+        tensor(0.2667)
+    """
+
+    higher_is_better = False
+    _stats = staticmethod(mean_absolute_percentage_error_stats)
+    _sum_states = ("sum_abs_per_error", "total")
+    sum_abs_per_error: torch.Tensor
+    total: torch.Tensor
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.num_outputs = 1
+        self.add_state("sum_abs_per_error", torch.zeros(1), dist_reduce_fx="sum")
+        self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
+
+    def compute(self) -> torch.Tensor:
+        """The mean absolute percentage error of every element seen; NaN before any."""
+        return mean_absolute_error_from_stats(self.sum_abs_per_error, self.total)
+
+
+class SymmetricMeanAbsolutePercentageError(_SumStatsMetric):
+    """Symmetric mean absolute percentage error ``Σ 2 |p - t| / max(|t| + |p|, ε) / N``, in ``[0, 2]``,
+    ``ε = 1.17e-6``.
+
+    States: ``sum_abs_per_error`` and ``total`` (``int64``), both ``sum``; every element is an observation.
+
+    Args:
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import SymmetricMeanAbsolutePercentageError
+        >>> metric = SymmetricMeanAbsolutePercentageError()
+        >>> metric.update(torch.tensor([0.9, 15.0, 1.2e6]), torch.tensor([1.0, 10.0, 1e6]))
+        >>> metric.compute()
+        tensor(0.2290)
+    """
+
+    higher_is_better = False
+    _stats = staticmethod(symmetric_mean_absolute_percentage_error_stats)
+    _sum_states = ("sum_abs_per_error", "total")
+    sum_abs_per_error: torch.Tensor
+    total: torch.Tensor
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.num_outputs = 1
+        self.add_state("sum_abs_per_error", torch.zeros(1), dist_reduce_fx="sum")
+        self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
+
+    def compute(self) -> torch.Tensor:
+        """The symmetric mean absolute percentage error of every element seen; NaN before any."""
+        return mean_absolute_error_from_stats(self.sum_abs_per_error, self.total)
+
+
+class ExplainedVariance(_SumStatsMetric):
+    """Explained variance ``1 - Var(t - p) / Var(t)`` (population variances) from the sums ``Σ (t - p)``,
+    ``Σ (t - p)²``, ``Σt``, ``Σt²`` and ``N``.
+
+    As torchmetrics, an output whose error variance is exactly 0 scores 1, one whose target variance is exactly 0
+    but error variance is not scores 0.
+
+    Args:
+        multioutput: ``"uniform_average"`` (default), ``"raw_values"`` (one score per output) or
+            ``"variance_weighted"`` (weighted by each target's variance).
+        num_outputs: outputs per row (inputs ``(N,)`` or ``(N, num_outputs)``). torchmetrics infers it from the
+            first batch; here the states need their shape up front, so that a rank without rows agrees with the
+            others when they sync. Default ``1``.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Raises:
+        ValueError: an unknown ``multioutput`` or a bad ``num_outputs``; in ``update``, shapes that differ or do
+            not fit ``num_outputs``.
+
+    The variances are ``Σx²/N - (Σx/N)²``: they cancel digits when ``|mean| ≫ std``; use
+    :meth:`~torchmetrics_diff.Metric.set_dtype` (``torch.float64``) for such targets.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import ExplainedVariance
+        >>> metric = ExplainedVariance()
+        >>> metric.update(torch.tensor([2.5, 0.0, 2.0, 8.0]), torch.tensor([3.0, -0.5, 2.0, 7.0]))
+        >>> metric.compute()
+        tensor(0.9572)
+    """
+
+    higher_is_better = True
+    _stats = staticmethod(explained_variance_stats)
+    _sum_states = ("sum_error", "sum_squared_error", "sum_target", "sum_squared_target", "num_obs")
+    sum_error: torch.Tensor
+    sum_squared_error: torch.Tensor
+    sum_target: torch.Tensor
+    sum_squared_target: torch.Tensor
+    num_obs: torch.Tensor
+
+    def __init__(self, multioutput: str = "uniform_average", num_outputs: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.multioutput = check_multioutput(multioutput)
+        self.num_outputs = check_num_outputs(num_outputs)
+        for name in self._sum_states[:-1]:
+            self.add_state(name, torch.zeros(num_outputs), dist_reduce_fx="sum")
+        self.add_state("num_obs", torch.tensor(0), dist_reduce_fx="sum")
+
+    def compute(self) -> torch.Tensor:
+        """The explained variance of every row seen (one per output with ``"raw_values"``); NaN before any."""
+        return explained_variance_from_stats(
+            self.sum_error,
+            self.sum_squared_error,
+            self.sum_target,
+            self.sum_squared_target,
+            self.num_obs,
+            self.multioutput,
+        )
+
+
+class KLDivergence(Metric):
+    """Kullback-Leibler divergence ``KL(p ‖ q) = Σ_d p_d log(p_d / q_d)`` of paired rows of ``(N, D)``
+    distributions, averaged or summed over the rows (or per row).
+
+    With ``reduction="mean"`` or ``"sum"`` the states are the sum of the row divergences and the row count
+    (``sum`` states: a global-batch loss with ``dist_sync_on_step=True``); with ``"none"`` (or ``None``) the
+    per-row divergences are a ``cat`` state and the result is every row's divergence, in rank order.
+
+    Args:
+        log_prob: ``True`` if the inputs are log-probabilities; ``False`` (default): probabilities, each row
+            divided by its sum first.
+        reduction: ``"mean"`` (default), ``"sum"``, ``"none"`` or ``None``.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
+
+    Raises:
+        ValueError: a non-bool ``log_prob`` or an unknown ``reduction``.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import KLDivergence
+        >>> metric = KLDivergence()
+        >>> metric.update(torch.tensor([[0.36, 0.48, 0.16]]), torch.tensor([[1 / 3, 1 / 3, 1 / 3]]))
+        >>> metric.compute()
+        tensor(0.0853)
+    """
+
+    is_differentiable = True
+    higher_is_better = False
+    full_state_update = False
+    measures: torch.Tensor | list[torch.Tensor]  # a sum with reduction 'mean'/'sum', the rows' values with 'none'
+    total: torch.Tensor
+
+    def __init__(self, log_prob: bool = False, reduction: str | None = "mean", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        check_kl_args(log_prob, reduction)
+        self.log_prob, self.reduction = log_prob, reduction
+        if reduction in ("mean", "sum"):
+            self.add_state("measures", torch.tensor(0.0), dist_reduce_fx="sum")
+        else:
+            self.add_state("measures", [], dist_reduce_fx="cat")
+        self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, p: torch.Tensor, q: torch.Tensor) -> None:
+        """Add a batch of distribution pairs.
+
+        Args:
+            p: the data distributions ``(N, D)``, real floating (probabilities, or log-probabilities with
+                ``log_prob=True``).
+            q: the approximating distributions ``(N, D)``, given as ``p`` is.
+
+        Raises:
+            ValueError: tensors that are not of one ``(N, D)`` shape, or complex or boolean tensors.
+        """
+        rows = kl_divergence_rows(p, q, self.log_prob)
+        if isinstance(self.measures, list):  # appended even when empty: the rank stays on the one-collective path
+            self.measures.append(rows)
+        else:
+            self.measures = self.measures + rows.sum()
+        self.total = self.total + rows.shape[0]
+
+    def compute(self) -> torch.Tensor:
+        """The mean or summed divergence, or every row's; the mean of no rows is NaN."""
+        if isinstance(self.measures, list):
+            empty = torch.zeros(0, dtype=self.dtype, device=self.device)
+            return dim_zero_cat(self.measures) if self.measures else empty
+        if self.reduction == "sum":
+            return self.measures
+        return self.measures / self.total

@@ -6,7 +6,16 @@ from torchmetrics_diff.retrieval.cross_modal import (
     RetrievalMAPAtK,
     RetrievalMeanRank,
     RetrievalMedianRank,
+    RetrievalMRR,
+    RetrievalNormalizedDCG,
     RetrievalRecallAtK,
 )
 
-__all__ = ["RetrievalMAPAtK", "RetrievalMeanRank", "RetrievalMedianRank", "RetrievalRecallAtK"]
+__all__ = [
+    "RetrievalMAPAtK",
+    "RetrievalMeanRank",
+    "RetrievalMedianRank",
+    "RetrievalRecallAtK",
+    "RetrievalMRR",
+    "RetrievalNormalizedDCG",
+]

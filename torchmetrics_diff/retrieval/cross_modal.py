@@ -18,12 +18,16 @@ from torchmetrics_diff.functional._checks import check_positive_int
 from torchmetrics_diff.functional._retrieval import (
     DIRECTIONS,
     check_directions,
+    check_optional_top_k,
     check_pairs,
     check_top_k,
     embed,
     map_from_aps,
     mean_rank_from_ranks,
     median_rank_from_ranks,
+    mrr_from_ranks,
+    ndcg_directions,
+    ndcg_from_values,
     recall_at_k_from_ranks,
     score_directions,
 )
@@ -87,17 +91,19 @@ class _CrossModalRetrieval(Metric):
         missing = torch.full((image.shape[0],), -1, dtype=torch.int64, device=image.device)
         self.labels.append(missing if labels is None else labels.to(torch.int64))
 
-    def _scored(self, ap_k: int | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+    def _rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Every pair seen (every rank's, once synced): image and text embeddings, and the labels (``None`` when
+        no row has one)."""
         if not self.image or not sum(x.shape[0] for x in self.image):
             empty = torch.zeros(0, 1, dtype=self.dtype, device=self.device)
-            image = text = empty
-            labels = None
-        else:
-            image, text, labels = dim_zero_cat(self.image), dim_zero_cat(self.text), dim_zero_cat(self.labels)
-            # without any label only a row's own pair is a positive: the same ranks with or without the labels;
-            # skipping them saves a comparison per score, but asking needs the host (not under torch.compile)
-            labels = None if not compiling() and not bool((labels >= 0).any()) else labels
-        return score_directions(image, text, labels, self.directions, self.chunk_size, ap_k)
+            return empty, empty, None
+        image, text, labels = dim_zero_cat(self.image), dim_zero_cat(self.text), dim_zero_cat(self.labels)
+        # without any label only a row's own pair is a positive: the same ranks with or without the labels;
+        # skipping them saves a comparison per score, but asking needs the host (not under torch.compile)
+        return image, text, None if not compiling() and not bool((labels >= 0).any()) else labels
+
+    def _scored(self, ap_k: int | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+        return score_directions(*self._rows(), self.directions, self.chunk_size, ap_k)
 
     def _ranks(self) -> dict[str, torch.Tensor]:
         return {d: ranks for d, (ranks, _) in self._scored().items()}
@@ -223,3 +229,75 @@ class RetrievalMAPAtK(_CrossModalRetrieval):
     def compute(self) -> dict[str, torch.Tensor]:
         """mAP@k per direction."""
         return map_from_aps({d: ap for d, (_, ap) in self._scored(self.top_k).items()}, self.top_k)
+
+
+class RetrievalMRR(_CrossModalRetrieval):
+    __doc__ = (
+        """Mean reciprocal rank over the global gallery, per direction: the mean over queries of ``1 / rank`` of
+    the query's best positive (0 when that rank is beyond ``top_k``): ``{"i2t_MRR": ..., "t2i_MRR": ...}``
+    (``"i2t_MRR@<k>"`` with ``top_k``); NaN before any pair. Ties count against the query, as for the rank.
+
+    Args:
+        top_k: only the top ``k`` gallery items count (a positive int), or ``None`` (default): all of them."""
+        + _ARGS
+        + """
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import RetrievalMRR
+        >>> metric = RetrievalMRR()
+        >>> metric.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.1], [1.0, 0.0]]))
+        >>> metric.update(torch.tensor([[1.0, 1.0]]), torch.tensor([[0.9, 1.0]]))
+        >>> metric.compute()
+        {'i2t_MRR': tensor(0.6111), 't2i_MRR': tensor(0.7778)}
+    """
+    )
+
+    higher_is_better = True
+
+    def __init__(self, top_k: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.top_k = check_optional_top_k(top_k)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """MRR per direction."""
+        return mrr_from_ranks(self._ranks(), self.top_k)
+
+
+class RetrievalNormalizedDCG(_CrossModalRetrieval):
+    __doc__ = (
+        """Normalized discounted cumulative gain over the top ``k`` of the global gallery (nDCG@k), per direction,
+    with binary relevance (a query's positives: its own pair and, with labels, the rows sharing its label):
+    ``{"i2t_nDCG@10": ..., "t2i_nDCG@10": ...}`` (``"i2t_nDCG"`` without ``top_k``); NaN before any pair.
+
+    ``DCG@k = Σ_{i <= k} rel_i / log2(i + 1)`` over the gallery sorted by score, divided by the DCG of the ideal
+    order (the query's positives first). Tied scores share the mean gain of their tie group, as torchmetrics'
+    ``retrieval_normalized_dcg`` and scikit-learn's ``ndcg_score`` do.
+
+    Args:
+        top_k: the cut-off ``k`` (a positive int), or ``None`` (default, as torchmetrics): the whole gallery."""
+        + _ARGS
+        + """
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import RetrievalNormalizedDCG
+        >>> metric = RetrievalNormalizedDCG(top_k=2)
+        >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
+        >>> metric.update(image, text, labels=torch.tensor([0, 1, 0]))
+        >>> metric.compute()
+        {'i2t_nDCG@2': tensor(0.4623), 't2i_nDCG@2': tensor(0.5377)}
+    """
+    )
+
+    higher_is_better = True
+
+    def __init__(self, top_k: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.top_k = check_optional_top_k(top_k)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """nDCG@k per direction."""
+        values = ndcg_directions(*self._rows(), self.directions, self.chunk_size, self.top_k)
+        return ndcg_from_values(values, self.top_k)

@@ -262,6 +262,11 @@ def test_collection_with_a_list_state_member_compiles_fullgraph() -> None:
         ("retrieval_recall_at_k", "RetrievalRecallAtK"),
         ("retrieval_median_rank", "RetrievalMedianRank"),
         ("retrieval_map_at_k", "RetrievalMAPAtK"),
+        ("explained_variance", "ExplainedVariance"),
+        ("kl_divergence", "KLDivergence"),
+        ("spearman_corrcoef", "SpearmanCorrCoef"),
+        ("retrieval_mrr", "RetrievalMRR"),
+        ("retrieval_ndcg", "RetrievalNormalizedDCG"),
     ],
 )
 def test_functional_batch_values_compile_in_one_graph(fn: str, case: str) -> None:
@@ -273,6 +278,7 @@ def test_functional_batch_values_compile_in_one_graph(fn: str, case: str) -> Non
         "confusion_matrix": {"task": "multiclass", "num_classes": 3},
         "perplexity": {"ignore_index": -100},
         "retrieval_recall_at_k": {"top_k": 2},
+        "retrieval_ndcg": {"top_k": 3},
     }
     call = getattr(F, fn)
     torch._dynamo.reset()

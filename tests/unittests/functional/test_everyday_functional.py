@@ -57,6 +57,16 @@ CASES: dict[str, tuple[Callable, str, tuple, dict]] = {
     ),
     "auroc": (ours.auroc, "auroc", (PROBS, BIN), {"task": "binary"}),
     "perplexity": (ours.perplexity, "text.perplexity", (LOGITS, TOKENS), {"ignore_index": -100}),
+    "mape": (ours.mean_absolute_percentage_error, "mean_absolute_percentage_error", (P3, T3), {}),
+    "smape": (ours.symmetric_mean_absolute_percentage_error, "symmetric_mean_absolute_percentage_error", (P1, T1), {}),
+    "explained_variance": (
+        ours.explained_variance,
+        "explained_variance",
+        (P3, T3),
+        {"multioutput": "variance_weighted"},
+    ),
+    "kl_divergence": (ours.kl_divergence, "kl_divergence", (P3.abs(), T3.abs()), {"reduction": "none"}),
+    "spearman_corrcoef 3 with ties": (ours.spearman_corrcoef, "spearman_corrcoef", (P3.round(), T3), {}),
 }
 
 
@@ -89,4 +99,9 @@ def test_retrieval_chunk_size_does_not_change_the_result() -> None:
         assert torch.equal(
             ours.retrieval_ranks(image, text, labels, chunk_size=chunk)["t2i"],
             ours.retrieval_ranks(image, text, labels, chunk_size=100)["t2i"],
+        )
+    full_ndcg = ours.retrieval_ndcg(image.round(), text.round(), labels, top_k=5, normalize=False, chunk_size=100)
+    for chunk in (1, 4, 22):  # tied scores too
+        assert (
+            ours.retrieval_ndcg(image.round(), text.round(), labels, 5, normalize=False, chunk_size=chunk) == full_ndcg
         )
