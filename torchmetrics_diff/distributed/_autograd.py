@@ -75,6 +75,26 @@ class AllReduce(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
+class ReduceRows(AllReduce):
+    """:class:`AllReduce` whose forward reduces every rank's input, already gathered (``rows``, ``(W, *shape)``),
+    on this rank in rank order: the same bits on every rank, no collective. The backward is the same."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, rows: torch.Tensor, op: str, group: Group, world: int, mode: str
+    ) -> torch.Tensor:
+        ctx.op, ctx.group, ctx.world, ctx.mode = op, group, world, mode
+        out = _reductions.reduce_rows(op, rows)
+        if _reductions.selects(op):  # ties: how many ranks hold the extremum, from the rows themselves
+            holder = x.detach() == out
+            ctx.save_for_backward(holder, (rows == out).sum(0).to(x.dtype))
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return (*AllReduce.backward(ctx, grad)[:1], None, None, None, None, None)
+
+
 class _ScaleGrad(torch.autograd.Function):
     """Identity in forward; multiplies the gradient by ``scale`` in backward."""
 

@@ -3,7 +3,9 @@
 Each call issues the same collectives on every rank whatever the local data: the call's header exchange
 (:mod:`._call`: which call this is, and the ndim, dtype, shape, op, grad mode and whether the input requires grad),
 validated identically on every rank so a disagreement raises the same ``RuntimeError`` everywhere instead of
-hanging, then one data collective. The header holds host values and never waits for a GPU.
+hanging, then one data collective. The header holds host values and never waits for a GPU. An ``all_reduce`` of
+a CPU tensor that fits the header's inline area rides in it: every rank reduces the gathered rows itself, in rank
+order (the same bits everywhere), and the call is that one collective.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from torchmetrics_diff.distributed import _reductions
-from torchmetrics_diff.distributed._autograd import AllGatherFlat, AllReduce
+from torchmetrics_diff.distributed._autograd import AllGatherFlat, AllReduce, ReduceRows
 from torchmetrics_diff.distributed._backend import (
     Group,
     all_gather_flat,
@@ -25,7 +27,7 @@ from torchmetrics_diff.distributed._backend import (
     group_rank,
     group_size,
 )
-from torchmetrics_diff.distributed._call import exchange
+from torchmetrics_diff.distributed._call import exchange, inline_buffers, inline_capacity
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._failure import fail_on_every_rank
 
@@ -89,6 +91,7 @@ def _exchange_metadata(
     grad: str,
     op: object = _NO_OP,
     problem: Exception | None = None,
+    inline: tuple[torch.Tensor, int] | None = None,
 ) -> list[_Peer]:
     """Every rank's metadata, through the call's header exchange (:func:`._call.exchange`); validated identically
     everywhere.
@@ -98,6 +101,10 @@ def _exchange_metadata(
     CPU-capable group: nothing waits for the GPU. A rank with a local ``problem`` joins with a failure marker and
     raises its own error after the exchange; the others raise a ``RuntimeError`` naming it. Disagreements raise
     the same ``RuntimeError`` on every rank.
+
+    ``inline``: this rank's data as bytes and the group's inline area (:func:`._call.inline_capacity`), which the
+    bytes fit: they are written into the exchange's inline area, and every rank's are then in the table of
+    :func:`._call.inline_buffers` of that size.
     """
     payload: list[int] = []
     if problem is None:
@@ -111,7 +118,13 @@ def _exchange_metadata(
             *tensor.shape,
         ]
     labels = _rank_labels(group, world)
-    rows = exchange(fn, payload, group, world, failed=problem is not None, labels=labels)
+    want = 0
+    if inline is not None:
+        data, capacity = inline
+        want = data.numel()
+        send, _ = inline_buffers(world, capacity)
+        send[:want].copy_(data)
+    rows = exchange(fn, payload, group, world, failed=problem is not None, labels=labels, want=want)
     if problem is not None:
         raise problem
     peers = [
@@ -127,6 +140,17 @@ def _exchange_metadata(
         # A rank whose input needs no gradient would skip the backward collective and hang the others.
         check("requires_grad (grad='sync' runs a collective in backward)", lambda p: p.requires_grad)
     return peers
+
+
+def _inline_bytes(tensor: torch.Tensor, group: Group) -> tuple[torch.Tensor, int] | None:
+    """``tensor``'s bytes and the group's inline area when they ride in the call's header exchange: a CPU tensor
+    of a real, non-boolean dtype that fits; else ``None`` (the data then moves in a collective of its own)."""
+    if tensor.device.type != "cpu" or tensor.dtype == torch.bool or tensor.is_complex():
+        return None
+    capacity = inline_capacity(group)
+    if tensor.numel() * tensor.element_size() > capacity:
+        return None
+    return tensor.detach().contiguous().view(-1).view(torch.uint8), capacity
 
 
 def _check_agree(fn: str, peers: list[_Peer], labels: list[str], what: str, key: Callable[[_Peer], Any]) -> None:
@@ -322,10 +346,16 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None, *, gr
 def _reduce_across(
     tensor: torch.Tensor, op: str, group: Group, world: int, grad: str, problem: Exception | None
 ) -> torch.Tensor:
-    peers = _exchange_metadata("all_reduce", tensor, group, world, grad, op=op, problem=problem)
+    inline = _inline_bytes(tensor, group) if problem is None else None
+    peers = _exchange_metadata("all_reduce", tensor, group, world, grad, op=op, problem=problem, inline=inline)
     _check_agree("all_reduce", peers, _rank_labels(group, world), "shape", lambda p: p.shape)
     _check_op_dtype(op, tensor.dtype)  # dtypes agree by now: every rank raises alike
     wants = any(p.requires_grad for p in peers)  # min/max tie counting is a collective: decide globally
+    if inline is not None:  # every rank's tensor came with the header: each rank reduces the rows itself
+        _, table = inline_buffers(world, inline[1])
+        rows = table[:, : inline[0].numel()].view(tensor.dtype).view(world, *tensor.shape)
+        track = wants and grad != "none" and _wants_grad(tensor, grad)
+        return ReduceRows.apply(tensor if track else tensor.detach(), rows, op, group, world, grad)
     if wants and grad != "none" and (tensor.is_floating_point() or tensor.is_complex()):
         return AllReduce.apply(tensor if _wants_grad(tensor, grad) else tensor.detach(), op, group, world, grad, True)
     with torch.no_grad():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from contextlib import contextmanager
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -188,17 +188,39 @@ def _reduce_data(case: str, op: str, values: str, world: int) -> list:
 
 
 def _all_reduce_body(rank: int, world: int) -> list:
+    """Both paths of a CPU ``all_reduce``: the rows riding in the call header's exchange (reduced on every rank: one
+    collective) and, with that path switched off (as for a tensor over the inline area, or on a GPU), the header
+    and a backend all-reduce (two)."""
+    from tests._helpers.collectives import record_collectives
+    from torchmetrics_diff.distributed import _collectives
+
     chk = _Checks(rank)
+    inline = _collectives._inline_bytes
+    for path in ("inline", "separate"):
+        _collectives._inline_bytes = inline if path == "inline" else (lambda tensor, group: None)
+        try:
+            _all_reduce_cases(chk, rank, world, path, record_collectives)
+        finally:
+            _collectives._inline_bytes = inline
+    return chk.failures
+
+
+def _all_reduce_cases(chk: _Checks, rank: int, world: int, path: str, record: Any) -> None:
     for op in OPS:
         for values in ("random", "tie", "inf") if op in ("min", "max") else ("random",):
             for mode in MODES:
-                case = f"all_reduce/{op}/{values}/{mode}/W={world}"
+                case = f"all_reduce/{path}/{op}/{values}/{mode}/W={world}"
                 data = _reduce_data(case, op, values, world)
                 x = data[rank].clone().requires_grad_(True)
                 before = x.detach().clone()
                 linear = values == "inf"
                 with _case(rank, case):
-                    out = all_reduce(x, op, grad=mode)
+                    with record() as log:
+                        out = all_reduce(x, op, grad=mode)
+                    wanted = (
+                        0 if world == 1 else 1 if path == "inline" else 2 + (op in ("min", "max") and mode != "none")
+                    )
+                    chk.true(f"{case} collectives", len(log) == wanted, f"{list(log)}, expected {wanted}")
                     chk.close(f"{case} value", out, _reduce_ref(op, data), exact=op in ("min", "max"))
                     chk.true(case, torch.equal(x.detach(), before), "input tensor was modified")
                     if mode == "none":
@@ -211,7 +233,6 @@ def _all_reduce_body(rank: int, world: int) -> list:
 
                 expected = _brute_grad(data, rank, mode, lambda leaves, op=op: _reduce_ref(op, leaves), loss)
                 chk.grad(case, x, expected)
-    return chk.failures
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
