@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchmetrics_diff.losses._base import GlobalBatchLoss
 from torchmetrics_diff.losses.contrastive import BarlowTwinsLoss, CLIPLoss, InfoNCELoss, SigLIPLoss, SupConLoss
+from torchmetrics_diff.losses.moe import LoadBalancingLoss, RouterZLoss
 from torchmetrics_diff.losses.normalized import GlobalMeanLoss, TokenCrossEntropyLoss
 
 __all__ = [
@@ -15,4 +16,6 @@ __all__ = [
     "SigLIPLoss",
     "SupConLoss",
     "TokenCrossEntropyLoss",
+    "LoadBalancingLoss",
+    "RouterZLoss",
 ]
