@@ -165,7 +165,7 @@ def expert_load(counts: Tensor, tokens: Tensor, top_k: int) -> Tensor:
     """``f``: the fraction of the ``k · N`` routing assignments that went to each expert (0 without tokens).
 
     Args:
-        counts: ``(E,)`` or ``(L, E)`` routed counts (:attr:`LoadBalancingStats.counts`).
+        counts: ``(E,)`` or ``(L, E)`` routed counts (the ``counts`` of :class:`LoadBalancingStats`).
         tokens: ``()`` or ``(L,)`` token counts.
         top_k: ``k``.
 

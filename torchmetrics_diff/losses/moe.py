@@ -235,7 +235,7 @@ class RouterZLoss(GlobalMeanLoss):
     MoE layers (the mean of the layers' losses, one all-reduce for all of them). The denominator is the token
     count of every rank — of every micro-batch of the optimizer step inside
     :meth:`~GlobalMeanLoss.accumulate`, whose ``items`` are the micro-batches' masks (or token counts). The value is
-    identical on every rank, with the one-big-device gradient; :meth:`compute` is the mean over every token seen.
+    identical on every rank, with the one-big-device gradient; ``compute()`` is the mean over every token seen.
 
     Args:
         kwargs: :class:`GlobalMeanLoss` keyword arguments.
