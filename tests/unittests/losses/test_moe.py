@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -203,17 +204,19 @@ def _batch(world: int, rank: int, m: int, masked: bool) -> tuple[Tensor, Tensor]
     return x, keep
 
 
-def _cases(world: int) -> list[tuple[str, int, bool, bool]]:
-    """(kind, layers, masked, accumulate): one layer plain, padded, padded and accumulated; three layers plain, and
-    padded and accumulated."""
+def _cases(world: int) -> list[tuple[str, int, bool, bool, str]]:
+    """(kind, layers, masked, accumulate, grad_reduction): one layer plain, padded, padded and accumulated; three
+    layers plain, and padded and accumulated; and that last one with a trainer that sums gradients."""
     combos = [(1, False, False), (1, True, False), (1, True, True), (3, False, False), (3, True, True)]
-    return [(kind, *combo) for kind in KINDS for combo in combos]
+    cases = [(kind, *combo, "mean") for kind in KINDS for combo in combos]
+    return cases + [(kind, 3, True, True, "sum") for kind in KINDS]
 
 
-def _criterion(kind: str) -> Any:
+def _criterion(kind: str, grad_reduction: str) -> Any:
     if kind == "z":
-        return RouterZLoss()
-    return LoadBalancingLoss(E, TOP_K, probs_over="global" if kind == "lb_global" else "local")
+        return RouterZLoss(grad_reduction=grad_reduction)
+    probs_over = "global" if kind == "lb_global" else "local"
+    return LoadBalancingLoss(E, TOP_K, probs_over=probs_over, grad_reduction=grad_reduction)
 
 
 def _call(criterion: Any, kind: str, logits: Tensor, keep: Tensor, masked: bool) -> Tensor:
@@ -230,24 +233,30 @@ def _call(criterion: Any, kind: str, logits: Tensor, keep: Tensor, masked: bool)
 def _ddp_body(rank: int, world: int) -> list[dict[str, Any]]:
     out = []
     nets = {layers: DistributedDataParallel(Router(layers)) for layers in (1, 3)}  # one each: DDP costs to build
-    for kind, layers, masked, acc in _cases(world):
-        net = nets[layers]
-        model = net.module
+    for kind, layers, masked, acc, grad_reduction in _cases(world):
+        model = nets[layers].module
+        net = nets[layers] if grad_reduction == "mean" else model  # "sum": no DDP, the gradients summed below
         model.zero_grad(set_to_none=True)
-        criterion = _criterion(kind)
+        criterion = _criterion(kind, grad_reduction)
         micro = range(K_MB) if acc else range(1)
         batches = [_batch(world, rank, m, masked) for m in micro]
         block = criterion.accumulate([keep for _, keep in batches]) if acc else contextlib.nullcontext()
         values = []
         with block:
             for m, (x, keep) in enumerate(batches):
-                sync = contextlib.nullcontext() if m == len(batches) - 1 else net.no_sync()
+                last = m == len(batches) - 1
+                sync = (
+                    net.no_sync() if isinstance(net, DistributedDataParallel) and not last else contextlib.nullcontext()
+                )
                 with sync:
                     value = _call(criterion, kind, net(x), keep, masked)
                     value.backward()
                 values.append(float(value.detach()))
         load = None if kind == "z" else criterion.expert_load.clone()
         grads = [p.grad.detach().clone() for p in model.parameters()]
+        if grad_reduction == "sum" and world > 1:
+            for grad in grads:
+                dist.all_reduce(grad)
         out.append({"values": values, "grads": grads, "load": load, "compute": float(criterion.compute())})
     return out
 
@@ -308,8 +317,11 @@ def _reference(world: int, kind: str, layers: int, masked: bool, acc: bool) -> t
 def test_gradient_equals_one_process_on_the_concatenated_tokens(world_size: int) -> None:
     results = run_distributed(_ddp_body, world_size, timeout=200)
     failures = []
-    for i, (kind, layers, masked, acc) in enumerate(_cases(world_size)):
-        case = f"[{kind} L={layers} masked={masked} accumulate={acc} W={world_size} tokens={TOKENS[world_size]}]"
+    for i, (kind, layers, masked, acc, reduction) in enumerate(_cases(world_size)):
+        case = (
+            f"[{kind} L={layers} masked={masked} accumulate={acc} grad_reduction={reduction} W={world_size} "
+            f"tokens={TOKENS[world_size]}]"
+        )
         shares, grads, load = _reference(world_size, kind, layers, masked, acc)
         for rank, res in enumerate(results):
             got = res[i]
@@ -320,7 +332,7 @@ def test_gradient_equals_one_process_on_the_concatenated_tokens(world_size: int)
                 failures.append(f"{case} rank {rank}: gradients differ (max_err {worst:.3g})")
             if got["load"] is not None and max_err(got["load"], load) > 1:
                 failures.append(f"{case} rank {rank}: expert_load {got['load']} != {load}")
-            if kind != "z" and max_err(got["compute"], sum(shares)) > 1:
+            if max_err(got["compute"], sum(shares)) > 1:
                 failures.append(f"{case} rank {rank}: compute() {got['compute']} != step loss {sum(shares)}")
     assert not failures, "\n".join(failures)
 
