@@ -85,6 +85,17 @@ def _check_mask(mask: Tensor | None, tokens: int, like: Tensor) -> Tensor:
     return mask.to(like.dtype).unsqueeze(0)
 
 
+def _sum_across_ranks(buffer: Tensor, group: Group, disagreement: str) -> Tensor:
+    """``all_reduce(buffer, "sum", grad="none")``; a shape or dtype disagreement, which every rank sees in the
+    collective's header, raises on every rank with ``disagreement`` saying what the inputs must agree on."""
+    try:
+        return all_reduce(buffer, "sum", group, grad="none")
+    except RuntimeError as err:
+        if "ranks disagree" not in str(err):
+            raise
+        raise RuntimeError(f"{disagreement}; {err}") from err
+
+
 # --------------------------------------------------------------------------------------------- load balancing
 def load_balancing_stats(
     router_probs: Tensor,
@@ -288,7 +299,12 @@ def load_balancing_global_step(
     buffer = torch.cat(parts, dim=1).to(acc)  # (L, 2E + 1 [+ E]): every layer in one collective
     world = group_size(group) if sync else 1
     if world > 1:
-        buffer = all_reduce(buffer, "sum", group, grad="none")
+        buffer = _sum_across_ranks(
+            buffer,
+            group,
+            "the ranks' router inputs disagree: every rank must pass the same number of layers and experts and "
+            "probabilities of one accumulation dtype (float64, or float32 and half precision)",
+        )
     g_counts, g_sums, g_tokens = (
         buffer[:, :num_experts],
         buffer[:, num_experts : 2 * num_experts],
@@ -453,7 +469,12 @@ def global_router_z_loss(
     if world == 1:
         denominator = count if total is None else torch.full_like(count, float(total))
         return safe_divide(loss_sum, denominator)
-    totals = all_reduce(torch.stack([loss_sum.detach(), count]), "sum", group, grad="none")
+    totals = _sum_across_ranks(
+        torch.stack([loss_sum.detach(), count]),
+        group,
+        "the ranks' router logits disagree: every rank must pass logits of one accumulation dtype (float64, or "
+        "float32 and half precision)",
+    )
     denominator = totals[1] if total is None else torch.full_like(totals[1], float(total))
     denominator = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
     share = loss_sum * grad_factor(world, grad_reduction) / denominator

@@ -180,6 +180,13 @@ def test_masked_indices_are_not_read_and_compute_is_the_step_mean() -> None:
     assert max_err(a, ref_load_balancing(probs, torch.tensor([[0], [1], [0]]), torch.tensor([1, 1, 0]), 2)) <= 1
     assert max_err(loss.compute(), (a + b) / 2) <= 1
     assert torch.equal(loss.expert_load, torch.tensor([1.0, 0.0], dtype=F64))
+    loss.update(probs[:2], torch.tensor([[0], [1]]))  # a validation batch: recorded, no graph
+    assert max_err(loss.compute(), (a + b + 1.0) / 3) <= 1  # f = P = (1/2, 1/2): 2 * 1/2
+    z = RouterZLoss()
+    z.update(torch.zeros(2, 4, dtype=F64))
+    z.update(torch.zeros(1, 2, dtype=F64), mask=torch.tensor([True]))
+    log4, log2 = torch.log(torch.tensor(4.0, dtype=F64)), torch.log(torch.tensor(2.0, dtype=F64))
+    assert max_err(z.compute(), (2 * log4**2 + log2**2) / 3) <= 1  # the mean over every token seen
 
 
 # ---------------------------------------------------------------------------------------------- DDP contract
@@ -417,8 +424,8 @@ def test_a_bad_input_or_a_disagreement_on_one_rank_raises_on_every_rank() -> Non
         ):
             want = (local, needles) if last else ("RuntimeError", ("rank 2",))
             failures.append(problem(f"rank {rank} {name}", res[name], want[0], want[1], within=20))
-        failures.append(problem(f"rank {rank} layers", res["layers"], "RuntimeError", ("shape",), within=20))
-        failures.append(problem(f"rank {rank} dtype", res["dtype"], "RuntimeError", ("dtype",), within=20))
+        for name, needles in (("layers", ("layers", "shape", "(1, 9)", "(2, 9)")), ("dtype", ("dtype", "float32"))):
+            failures.append(problem(f"rank {rank} {name}", res[name], "RuntimeError", needles, within=20))
         if res["after"].kind != "ok":
             failures.append(f"rank {rank}: the loss fails after the errors: {res['after']}")
     assert not [f for f in failures if f], "\n".join(f for f in failures if f)
