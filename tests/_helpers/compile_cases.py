@@ -79,6 +79,17 @@ def _supcon(i: int) -> tuple:
     return torch.randn(ROWS, DIM, generator=g, dtype=F64), torch.tensor([0, 1, 0, 1, 2, 2])
 
 
+def _router(i: int, probs: bool) -> tuple:
+    """Two MoE layers' router probabilities (LoadBalancingLoss) or logits (RouterZLoss), with a padding mask."""
+    g = _gen(i)
+    logits = torch.randn(2, ROWS, CLASSES, generator=g, dtype=F64)
+    mask = torch.arange(ROWS) < ROWS - 1
+    if not probs:
+        return logits, mask
+    p = logits.softmax(-1)
+    return p, p.topk(2, dim=-1).indices, mask
+
+
 def _composed() -> Any:
     return T.SumMetric(nan_strategy="disable") + T.MaxMetric(nan_strategy="disable")
 
@@ -133,6 +144,8 @@ CASES: dict[str, Case] = {
     "SpearmanCorrCoef": Case(lambda: T.SpearmanCorrCoef().double(), _pairs),
     "RetrievalMRR": Case(lambda: T.RetrievalMRR(top_k=3).double(), _embeddings),
     "RetrievalNormalizedDCG": Case(lambda: T.RetrievalNormalizedDCG(top_k=3).double(), _embeddings),
+    "LoadBalancingLoss": Case(lambda: L.LoadBalancingLoss(CLASSES, top_k=2), lambda i: _router(i, probs=True)),
+    "RouterZLoss": Case(lambda: L.RouterZLoss(), lambda i: _router(i, probs=False)),
 }
 
 #: the classes whose states are lists (compiled, they warm up in three calls: see _folded_lists in metric.py)

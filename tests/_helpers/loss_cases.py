@@ -27,6 +27,8 @@ from torchmetrics_diff.losses import (
     CLIPLoss,
     GlobalMeanLoss,
     InfoNCELoss,
+    LoadBalancingLoss,
+    RouterZLoss,
     SigLIPLoss,
     SupConLoss,
     TokenCrossEntropyLoss,
@@ -39,6 +41,9 @@ LAMBDA_OFFDIAG = 0.05
 #: loss kinds of the model/data/reference triples below; ``supcon_mv`` is SupCon on (B, V=2, D) features
 KINDS = ("clip", "infonce", "supcon", "supcon_mv", "siglip", "barlow", "mean", "tokence")
 STRATEGY_KINDS = ("clip", "infonce", "supcon", "supcon_mv", "siglip")
+#: the Mixture-of-Experts router losses (N_CLASSES experts, top-2, a padding mask); not in KINDS: their own tests
+#: are tests/unittests/losses/test_moe.py, these serve the device checks
+MOE_KINDS = ("moe_balance", "moe_z")
 #: names of the parameters used inside the loss itself (not by an encoder)
 LOSS_PARAMS = ("log_logit_scale", "logit_bias")
 
@@ -56,7 +61,7 @@ class Net(nn.Module):
         super().__init__()
         self.kind = kind
         with torch.random.fork_rng(devices=[]):  # nn.Linear's default init draws from the global RNG
-            self.enc_a = nn.Linear(D_IN, N_CLASSES if kind == "tokence" else D_EMB, dtype=F64)
+            self.enc_a = nn.Linear(D_IN, N_CLASSES if kind in ("tokence", *MOE_KINDS) else D_EMB, dtype=F64)
             if kind in ("clip", "siglip", "infonce", "barlow"):
                 self.enc_b = nn.Linear(D_IN, D_EMB, dtype=F64)
         if kind in ("clip", "siglip"):
@@ -108,6 +113,8 @@ def make_batch(kind: str, n: int, *parts: object) -> tuple[tuple[Tensor, ...], t
         target = torch.randint(0, N_CLASSES, (n, SEQ), generator=g)
         target = torch.where(torch.rand(n, SEQ, generator=g) < 0.3, torch.full_like(target, IGNORE), target)
         return (x,), (target,)
+    if kind in MOE_KINDS:
+        return (randn(n, D_IN),), (torch.rand(n, generator=g) < 0.8,)
     raise ValueError(kind)
 
 
@@ -120,6 +127,11 @@ def criterion_call(kind: str, outputs: tuple[Tensor, ...], extra: tuple[Tensor, 
     if kind == "mean":
         y, weight, mask = extra
         return ((outputs[0] - y) ** 2,), {"weight": weight, "mask": mask}
+    if kind == "moe_balance":
+        probs = outputs[0].softmax(-1)
+        return (probs, probs.detach().topk(2, dim=-1).indices), {"mask": extra[0]}
+    if kind == "moe_z":
+        return (outputs[0],), {"mask": extra[0]}
     return (*outputs, *extra), {}
 
 
@@ -141,6 +153,10 @@ def make_criterion(kind: str, strategy: str | None = None, grad_reduction: str =
         return GlobalMeanLoss(**opts)
     if kind == "tokence":
         return TokenCrossEntropyLoss(ignore_index=IGNORE, **opts)
+    if kind == "moe_balance":
+        return LoadBalancingLoss(N_CLASSES, top_k=2, **opts)
+    if kind == "moe_z":
+        return RouterZLoss(**opts)
     raise ValueError(kind)
 
 
@@ -161,6 +177,13 @@ def reference(kind: str, outputs: tuple[Tensor, ...], extra: tuple[Tensor, ...])
         return ref_weighted_mean((outputs[0] - y) ** 2, weight, mask)
     if kind == "tokence":
         return ref_token_ce(outputs[0], extra[0])
+    if kind in MOE_KINDS:  # Switch eq. 4-6 with top-2 (f detached) / ST-MoE's mean logsumexp², over kept tokens
+        logits, keep = outputs[0][extra[0]], extra[0]
+        if kind == "moe_z":
+            return torch.logsumexp(logits, dim=-1).square().sum() / keep.sum()
+        probs = logits.softmax(-1)
+        chosen = F.one_hot(probs.detach().topk(2, dim=-1).indices, N_CLASSES).sum(dim=1).to(F64)
+        return N_CLASSES * (chosen.mean(dim=0) / 2 * probs.mean(dim=0)).sum()
     raise ValueError(kind)
 
 

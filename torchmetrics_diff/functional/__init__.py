@@ -51,6 +51,17 @@ from torchmetrics_diff.functional._global import (
     global_token_cross_entropy,
     global_weighted_mean,
 )
+from torchmetrics_diff.functional._moe import (
+    LoadBalancingStats,
+    expert_load,
+    global_load_balancing_loss,
+    global_router_z_loss,
+    load_balancing_from_stats,
+    load_balancing_loss,
+    load_balancing_stats,
+    router_z_block,
+    router_z_loss,
+)
 from torchmetrics_diff.functional._normalized import (
     token_cross_entropy,
     token_cross_entropy_block,
@@ -155,4 +166,14 @@ __all__ = [
     "symmetric_mean_absolute_percentage_error",
     "retrieval_mrr",
     "retrieval_ndcg",
+    # Mixture-of-Experts router losses
+    "LoadBalancingStats",
+    "expert_load",
+    "global_load_balancing_loss",
+    "global_router_z_loss",
+    "load_balancing_from_stats",
+    "load_balancing_loss",
+    "load_balancing_stats",
+    "router_z_block",
+    "router_z_loss",
 ]

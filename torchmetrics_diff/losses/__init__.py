@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchmetrics_diff.losses._base import GlobalBatchLoss
 from torchmetrics_diff.losses.contrastive import BarlowTwinsLoss, CLIPLoss, InfoNCELoss, SigLIPLoss, SupConLoss
+from torchmetrics_diff.losses.moe import LoadBalancingLoss, RouterZLoss
 from torchmetrics_diff.losses.normalized import GlobalMeanLoss, TokenCrossEntropyLoss
 from torchmetrics_diff.losses.self_supervised import DINOCenter, VICRegLoss
 
@@ -18,4 +19,6 @@ __all__ = [
     "TokenCrossEntropyLoss",
     "DINOCenter",
     "VICRegLoss",
+    "LoadBalancingLoss",
+    "RouterZLoss",
 ]
