@@ -381,14 +381,15 @@ def _costs_body(rank: int, world: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_one_all_reduce_per_call_for_any_number_of_layers_and_no_round_trip(world_size: int) -> None:
+def test_one_collective_per_call_for_any_number_of_layers_and_no_round_trip(world_size: int) -> None:
     results = run_distributed(_costs_body, world_size, timeout=120)
     failures = []
     for rank, res in enumerate(results):
         assert res.pop("validate_args") == {"__bool__": 1}, "the index check reads one flag back"
         for case, (fwd, bwd, trips) in res.items():
-            # the call header (one fixed-size all-gather) and ONE all-reduce of every layer's statistics
-            if fwd.count("all_reduce") != 1 or len(fwd) != 2:
+            # ONE collective: the call header's exchange, carrying every layer's statistics (small CPU tensors ride
+            # in its inline area and every rank sums them: no separate all-reduce)
+            if fwd != ["_all_gather_flat"]:
                 failures.append(f"rank {rank} {case}: forward issued {fwd}")
             if bwd:
                 failures.append(f"rank {rank} {case}: backward issued {bwd}")
