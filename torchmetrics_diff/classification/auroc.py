@@ -9,7 +9,6 @@ import torch
 from torchmetrics_diff.functional._classification import (
     binary_auroc_exact,
     binary_auroc_inputs,
-    check_auroc_task,
     check_ignore_index,
 )
 from torchmetrics_diff.metric import Metric, dim_zero_cat
@@ -52,7 +51,8 @@ class AUROC(Metric):
         self, task: str = "binary", ignore_index: int | None = None, validate_args: bool = True, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        check_auroc_task(task)
+        if task != "binary":
+            raise ValueError(f"`task` must be 'binary'; got {task!r}")
         check_ignore_index(ignore_index)
         self.task, self.ignore_index, self.validate_args = task, ignore_index, validate_args
         self.add_state("preds", [], dist_reduce_fx="cat")

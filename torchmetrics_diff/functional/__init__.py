@@ -23,11 +23,11 @@ from torchmetrics_diff.functional._barlow_twins import (
 from torchmetrics_diff.functional._classification import (
     StatScores,
     accuracy,
-    auroc,
     confusion_matrix,
     f1_score,
     precision,
     recall,
+    specificity,
     stat_scores,
 )
 from torchmetrics_diff.functional._contrastive import (
@@ -39,6 +39,16 @@ from torchmetrics_diff.functional._contrastive import (
     siglip_loss,
     supcon_block,
     supcon_loss,
+)
+from torchmetrics_diff.functional._curves import (
+    auroc,
+    average_precision,
+    binary_auroc,
+    binary_average_precision,
+    multiclass_auroc,
+    multiclass_average_precision,
+    multilabel_auroc,
+    multilabel_average_precision,
 )
 from torchmetrics_diff.functional._global import (
     clip_sum,
@@ -120,4 +130,13 @@ __all__ = [
     "retrieval_ranks",
     "retrieval_recall_at_k",
     "stat_scores",
+    # classification: the task forms and the ranking metrics
+    "average_precision",
+    "binary_auroc",
+    "binary_average_precision",
+    "multiclass_auroc",
+    "multiclass_average_precision",
+    "multilabel_auroc",
+    "multilabel_average_precision",
+    "specificity",
 ]

@@ -1,5 +1,5 @@
 """Classification metrics as pure functions: stat scores (tp, fp, tn, fn), the scores reduced from them, the
-confusion matrix, and the exact binary AUROC.
+confusion matrix, and the exact binary AUROC (the multiclass and multilabel curves are in ``_curves``).
 
 Inputs follow torchmetrics:
 
@@ -849,12 +849,6 @@ def confusion_matrix(
 
 
 # ------------------------------------------------------------------------------------------------------ AUROC
-def check_auroc_task(task: Any) -> None:
-    """Only the binary AUROC is implemented."""
-    if task != "binary":
-        raise ValueError(f"`task` must be 'binary' (the only AUROC task implemented); got {task!r}")
-
-
 def binary_auroc_inputs(
     preds: torch.Tensor, target: torch.Tensor, ignore_index: int | None = None, validate: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -902,40 +896,3 @@ def binary_auroc_exact(scores: torch.Tensor, target: torch.Tensor) -> torch.Tens
     pairs = positives * negatives
     auc = (rank_sum - positives * (positives + 1) / 2) / torch.where(pairs > 0, pairs, 1.0)
     return torch.where(pairs > 0, auc, 0.0).to(dtype)
-
-
-def auroc(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    task: str = "binary",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """Exact area under the ROC curve of a batch (binary only).
-
-    The Mann-Whitney statistic, with tied scores sharing their mean rank: it equals the trapezoidal area under the
-    exact ROC curve (no binning). The functional form of :class:`~torchmetrics_diff.AUROC`; no collective.
-
-    Args:
-        preds: floating scores of shape ``(N, ...)``: probabilities, or logits (any value outside ``[0, 1]``: a
-            sigmoid is applied first).
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        task: only ``"binary"`` (the default) is implemented.
-        ignore_index: target entries equal to it are left out. Default ``None``.
-        validate_args: check that the targets lie in ``{0, 1}``. Default ``True``.
-
-    Returns:
-        A 0-d tensor in the default dtype (float32), without gradient; 0, with a ``UserWarning``, when the kept
-        targets hold no positive or no negative.
-
-    Raises:
-        ValueError: a ``task`` other than ``"binary"``, tensors of different shapes, integer ``preds``, or (with
-            ``validate_args``) targets outside ``{0, 1}``.
-
-    Example:
-        >>> import torch
-        >>> auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
-        tensor(0.7500)
-    """
-    check_auroc_task(task)
-    return binary_auroc_exact(*binary_auroc_inputs(preds, target, ignore_index, validate_args))
