@@ -16,6 +16,7 @@ ranks are the global counts, which is why the classification metrics need only `
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, NamedTuple
 
@@ -175,18 +176,18 @@ def _two_class_format(
     if samplewise and preds.ndim < (2 if num_labels is None else 3):
         least = "(N, ...) with 2" if num_labels is None else "(N, L, ...) with 3"
         raise ValueError(
-            f"`preds` must have shape {least} dims or more with multidim_average='samplewise'; "
-            f"got {tuple(preds.shape)}"
+            f"`preds` must have shape {least} dims or more with multidim_average='samplewise'; got {tuple(preds.shape)}"
         )
     if validate:
         _check_labels("target", target, 2, ignore_index)
     n = preds.shape[0]
+    extra = math.prod(preds.shape[1 if num_labels is None else 2 :])  # explicit: a rank's batch may be empty
 
     def rows(x: torch.Tensor) -> torch.Tensor:
         if num_labels is None:
-            return x.reshape(n, -1).T if samplewise else x.reshape(-1)
+            return x.reshape(n, extra).T if samplewise else x.reshape(-1)
         x = x.movedim(1, -1)
-        return x.reshape(n, -1, num_labels).transpose(0, 1) if samplewise else x.reshape(-1, num_labels)
+        return x.reshape(n, extra, num_labels).transpose(0, 1) if samplewise else x.reshape(-1, num_labels)
 
     keep = None if ignore_index is None else rows(target != ignore_index)
     return rows(_binary_preds(preds, threshold, validate)), rows(target == 1), keep
@@ -236,7 +237,7 @@ def _multiclass_labels(
         )
     if validate:
         _check_labels("target", target, num_classes, ignore_index)
-    shape = (-1,) if flat else (target.shape[0], -1)
+    shape = (-1,) if flat else (target.shape[0], math.prod(target.shape[1:]))  # explicit: N may be 0
     p, t = preds.reshape(shape).long(), target.reshape(shape).long()
     return p, t, (None if ignore_index is None else t != ignore_index)
 

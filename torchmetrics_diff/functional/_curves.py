@@ -199,11 +199,11 @@ def curve_score(
     if task == "binary":
         return _binary(scores, target, curve)
     if task == "multilabel" and average == "micro":
-        valid = target >= 0
-        return _binary(scores[valid], target[valid], curve)
+        kept = target >= 0
+        return _binary(scores[kept], target[kept], curve)
+    valid: torch.Tensor | None = None
     if task == "multiclass":
         positive = target.unsqueeze(1) == torch.arange(size, device=target.device)
-        valid = None
     else:
         positive, valid = target == 1, target >= 0
     values = _columns(scores, positive, valid, curve)
@@ -239,7 +239,6 @@ def _curve(
     size = check_curve_args(task, num_classes, num_labels, average, thresholds, ignore_index, max_fpr)
     scores, labels = curve_inputs(preds, target, task, size, ignore_index, validate_args)
     return curve_score(scores, labels, task, size, average, curve)
-
 
 
 # ------------------------------------------------------------------------------------------ public functions
@@ -295,7 +294,7 @@ def auroc(
         tensor(0.7500)
         >>> scores = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]])
         >>> auroc(scores, torch.tensor([0, 1, 2, 1]), task="multiclass", num_classes=3, average="none")
-        tensor([1.0000, 0.7500, 0.6667])
+        tensor([1.0000, 0.8750, 1.0000])
     """
     args = (task, num_classes, num_labels, average, thresholds, ignore_index, validate_args, max_fpr)
     return _curve("auroc", preds, target, *args)
@@ -416,7 +415,7 @@ def multiclass_auroc(
         >>> import torch
         >>> scores = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]])
         >>> multiclass_auroc(scores, torch.tensor([0, 1, 2, 1]), num_classes=3)
-        tensor(0.8056)
+        tensor(0.9583)
     """
     args = (num_classes, None, average, thresholds, ignore_index, validate_args)
     return _curve("auroc", preds, target, "multiclass", *args)
@@ -487,7 +486,8 @@ def binary_average_precision(
         >>> binary_average_precision(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
         tensor(0.8333)
     """
-    return _curve("average_precision", preds, target, "binary", None, None, None, thresholds, ignore_index, validate_args)
+    args = (None, None, None, thresholds, ignore_index, validate_args)
+    return _curve("average_precision", preds, target, "binary", *args)
 
 
 def multiclass_average_precision(
@@ -523,7 +523,7 @@ def multiclass_average_precision(
         >>> import torch
         >>> scores = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]])
         >>> multiclass_average_precision(scores, torch.tensor([0, 1, 2, 1]), num_classes=3, average="none")
-        tensor([1.0000, 0.8333, 0.5000])
+        tensor([1.0000, 0.8333, 1.0000])
     """
     args = (num_classes, None, average, thresholds, ignore_index, validate_args)
     return _curve("average_precision", preds, target, "multiclass", *args)
