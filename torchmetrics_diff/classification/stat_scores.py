@@ -305,7 +305,9 @@ class StatScores(_StatScoresMetric):
         if self.average == "macro":
             return res.to(dtype).mean(-2)
         weights = (s.tp + s.fn).to(dtype)
-        share = weights / weights.sum(-1, keepdim=True)  # torchmetrics' weights: NaN without any support
+        # torchmetrics' weights (NaN without any support); for multilabel samplewise it divides by the support of
+        # every sample and label together, not each sample's
+        share = weights / (weights.sum() if self.task == "multilabel" else weights.sum(-1, keepdim=True))
         return (res.to(dtype) * share.unsqueeze(-1)).sum(-2)
 
 
