@@ -23,6 +23,7 @@ from torchmetrics_diff.functional._classification import (
     confusion_counts,
     normalize_confusion,
     reduce_stat_scores,
+    stack_stat_scores,
     stat_scores,
 )
 from torchmetrics_diff.metric import Metric, dim_zero_cat
@@ -295,20 +296,7 @@ class StatScores(_StatScoresMetric):
             Shape ``(5,)``, ``(C, 5)``/``(L, 5)`` with ``average="none"``, a leading ``(N,)`` when samplewise:
             ``int64``, or floating (the default dtype) for ``"macro"`` and ``"weighted"``.
         """
-        s = self._counts()
-        res = torch.stack([s.tp, s.fp, s.tn, s.fn, s.tp + s.fn], -1)
-        if self.task == "binary" or self.average in ("none", None):
-            return res
-        if self.average == "micro":
-            return res.sum(-2)
-        dtype = torch.get_default_dtype()
-        if self.average == "macro":
-            return res.to(dtype).mean(-2)
-        weights = (s.tp + s.fn).to(dtype)
-        # torchmetrics' weights (NaN without any support); for multilabel samplewise it divides by the support of
-        # every sample and label together, not each sample's
-        share = weights / (weights.sum() if self.task == "multilabel" else weights.sum(-1, keepdim=True))
-        return (res.to(dtype) * share.unsqueeze(-1)).sum(-2)
+        return stack_stat_scores(self._counts(), self.task, self.average)
 
 
 class ConfusionMatrix(_TaskCounts):

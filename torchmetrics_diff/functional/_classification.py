@@ -448,6 +448,24 @@ def reduce_stat_scores(
     return _average(value(s), s, average, task, top_k > 1 and score in _TOP_K_MACRO)
 
 
+def stack_stat_scores(s: StatScores, task: str, average: str | None) -> torch.Tensor:
+    """torchmetrics' stacked stat scores ``[tp, fp, tn, fn, support]`` along the last dimension (support
+    ``tp + fn``): ``int64`` summed over classes (``"micro"``) or per class (``"none"``, and always for binary),
+    floating means over classes for ``"macro"`` and ``"weighted"`` (weights: the support; NaN without any)."""
+    res = torch.stack([s.tp, s.fp, s.tn, s.fn, s.tp + s.fn], -1)
+    if task == "binary" or average in ("none", None):
+        return res
+    if average == "micro":
+        return res.sum(-2)
+    dtype = torch.get_default_dtype()
+    if average == "macro":
+        return res.to(dtype).mean(-2)
+    weights = (s.tp + s.fn).to(dtype)
+    # torchmetrics divides the multilabel samplewise weights by the support of every sample and label together
+    share = weights / (weights.sum() if task == "multilabel" else weights.sum(-1, keepdim=True))
+    return (res.to(dtype) * share.unsqueeze(-1)).sum(-2)
+
+
 def check_zero_division(zero_division: Any) -> float:
     """``zero_division`` (0 or 1) as a float."""
     if zero_division not in (0, 1) or isinstance(zero_division, bool):

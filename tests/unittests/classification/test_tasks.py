@@ -329,3 +329,72 @@ def test_task_classes_are_the_generic_classes_with_their_task() -> None:
     assert (metric.task, metric.average, metric.num_classes) == ("multiclass", "macro", 5)
     assert isinstance(tmdc.BinaryAUROC(), tmdc.AUROC)
     assert tmdc.MultilabelAveragePrecision(2).average == "macro"
+
+
+# ------------------------------------------------------------------------------------------------ functional
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_functional_task_forms_equal_torchmetrics() -> None:
+    """Every ``binary_*``, ``multiclass_*`` and ``multilabel_*`` function and the generic ``specificity``,
+    ``average_precision`` and ``auroc`` equal torchmetrics' function of the same name and arguments (value, shape
+    and dtype) on ignore_index, extra dimensions, top-k and samplewise inputs."""
+    import torchmetrics.functional as tmf
+    import torchmetrics.functional.classification as tmfc
+
+    import torchmetrics_diff.functional as ours
+
+    n = 11
+    inputs = {
+        "binary": (*_data("binary (N, X) ties", n, "fn"), {}),
+        "multiclass": (*_data("multiclass (N, C, X) logits", n, "fn"), {"num_classes": C}),
+        "multilabel": (*_data("multilabel (N, L, X) ties, ignore -1", n, "fn"), {"num_labels": L}),
+    }
+    inputs["binary"][1][0, 0] = -1
+    inputs["multiclass"][1][1, 1] = -1
+    failures: list[str] = []
+    for task, (preds, target, size) in inputs.items():
+        options: list[dict[str, Any]] = [{}, {"multidim_average": "samplewise"}]
+        if task != "binary":
+            options += [{"average": "micro"}, {"average": "weighted"}, {"average": "none"}]
+        if task == "multiclass":
+            options += [{"top_k": 2, "average": "none"}, {"top_k": 3, "multidim_average": "samplewise"}]
+        for metric in ("accuracy", "precision", "recall", "f1_score", "specificity", "stat_scores"):
+            name = f"{task}_{metric}"
+            for kw in options:
+                args = {**size, **kw, "ignore_index": -1}
+                expected = getattr(tmfc, name)(preds, target, **args)
+                _compare(f"{name}({kw})", getattr(ours, name)(preds, target, **args), expected, failures)
+        for normalize in (None, "true"):
+            name = f"{task}_confusion_matrix"
+            expected = getattr(tmfc, name)(preds, target, **size, normalize=normalize, ignore_index=-1)
+            actual = getattr(ours, name)(preds, target, **size, normalize=normalize, ignore_index=-1)
+            _compare(f"{name}(normalize={normalize})", actual, expected, failures)
+        averages = ("macro", "weighted", "none", *(("micro",) if task == "multilabel" else ()))
+        for metric in ("auroc", "average_precision"):
+            for average in averages if task != "binary" else ("macro",):
+                kw = (
+                    {**size, "ignore_index": -1}
+                    if task == "binary"
+                    else {**size, "average": average, "ignore_index": -1}
+                )
+                name = f"{task}_{metric}"
+                _compare(
+                    f"{name}({kw})",
+                    getattr(ours, name)(preds, target, **kw),
+                    getattr(tmfc, name)(preds, target, **kw),
+                    failures,
+                )
+                generic = {**kw, "task": task}
+                _compare(
+                    f"{metric}({generic})",
+                    getattr(ours, metric)(preds, target, **generic),
+                    getattr(tmf, metric)(preds, target, **generic),
+                    failures,
+                )
+        generic = {**size, "task": task, "average": "macro", "top_k": 1, "ignore_index": -1}
+        _compare(
+            f"specificity({generic})",
+            ours.specificity(preds, target, **generic),
+            tmf.specificity(preds, target, **generic),
+            failures,
+        )
+    assert_no_failures(failures)
