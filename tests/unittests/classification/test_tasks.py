@@ -254,7 +254,23 @@ def _count_body(rank: int, world: int) -> dict:
     cats = _collection(cats=True, dist_sync_on_step=True)
     measure("with cat states forward, first step", lambda: cats(p, t))
     measure("with cat states forward, step 2", lambda: cats(p, t))
-    return {"calls": calls, "acc": out["acc"]}
+
+    # ranks that disagree on the number of classes: every rank raises, none hangs
+    errors: dict[str, str | None] = {}
+    wrong = C + rank  # rank r counts C + r classes
+    scores = torch.softmax(torch.randn(hi - lo, wrong, generator=_gen("mismatch", rank)), 1)
+    labels = torch.zeros(hi - lo, dtype=torch.int64)
+    for name, metric in (
+        ("MulticlassAccuracy", tmdc.MulticlassAccuracy(wrong)),
+        ("MulticlassAUROC", tmdc.MulticlassAUROC(wrong)),
+    ):
+        metric.update(scores, labels)
+        try:
+            metric.compute()
+            errors[name] = None
+        except RuntimeError as err:
+            errors[name] = str(err)
+    return {"calls": calls, "acc": out["acc"], "errors": errors}
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
@@ -263,7 +279,7 @@ def test_collection_of_task_classes_syncs_in_one_collective(world_size: int) -> 
     collective per ``compute`` and per synced ``forward`` in the steady state (the call's header exchange, which
     carries the packed counts), at most three more on the first sync, none at W=1. With AUROC, average precision
     and samplewise counts added (``cat`` states), a synced ``forward`` of equal batches is the header and one data
-    gather for every member's rows."""
+    gather for every member's rows. Ranks that disagree on ``num_classes`` raise on every rank."""
     results = run_distributed(_count_body, world_size, timeout=120)
     problems = []
     for rank, res in enumerate(results):
@@ -277,6 +293,15 @@ def test_collection_of_task_classes_syncs_in_one_collective(world_size: int) -> 
     expected = (preds.argmax(1) == target).double().mean()  # micro accuracy, written out
     for res in results:
         torch.testing.assert_close(res["acc"].double(), expected)
+    for rank, res in enumerate(results):  # disagreeing ranks: an error on every rank (none with one rank)
+        for name, error in res["errors"].items():
+            if world_size == 1:
+                assert error is None, f"rank {rank} {name}: {error}"
+            else:
+                assert error is not None, f"rank {rank} {name}: no error although ranks disagree on num_classes"
+                assert "ranks disagree on" in error and ("(4" in error and "(5" in error), (
+                    f"rank {rank} {name}: {error}"
+                )
 
 
 # --------------------------------------------------------------------------------------------- bad input
