@@ -121,6 +121,13 @@ CASES: dict[str, Case] = {
     "BarlowTwinsLoss": Case(lambda: L.BarlowTwinsLoss(), _embeddings),
     "GlobalMeanLoss": Case(lambda: L.GlobalMeanLoss(), _values),
     "TokenCrossEntropyLoss": Case(lambda: L.TokenCrossEntropyLoss(), _tokens),
+    # classification: the generic names and options added with the task classes
+    "Specificity": Case(
+        lambda: T.Specificity(task="multiclass", num_classes=CLASSES, average="macro", top_k=2), _multiclass
+    ),
+    "StatScores": Case(lambda: T.StatScores(task="multilabel", num_labels=LABELS, average="none"), _multilabel),
+    "AveragePrecision": Case(lambda: T.AveragePrecision(task="multiclass", num_classes=CLASSES), _multiclass),
+    "AUROC-multilabel": Case(lambda: T.AUROC(task="multilabel", num_labels=LABELS, average="weighted"), _multilabel),
 }
 
 #: the classes whose states are lists (their forward, update and compute run eagerly under torch.compile)
@@ -132,6 +139,8 @@ LIST_STATES = {
     "RetrievalMeanRank",
     "RetrievalMedianRank",
     "RetrievalMAPAtK",
+    "AveragePrecision",
+    "AUROC-multilabel",
 }
 
 
