@@ -34,8 +34,6 @@ class _CurveMetric(Metric):
         max_fpr: Any = None,
     ) -> None:
         self._size = check_curve_args(task, num_classes, num_labels, average, thresholds, ignore_index, max_fpr)
-        if not isinstance(validate_args, bool):
-            raise ValueError(f"`validate_args` must be a bool; got {validate_args!r}")
         self.task, self.num_classes, self.num_labels, self.average = task, num_classes, num_labels, average
         self.thresholds, self.max_fpr = thresholds, max_fpr
         self.ignore_index, self.validate_args = ignore_index, validate_args
