@@ -12,6 +12,10 @@ would otherwise return its cached value). Each rank updates once with 512 rows (
 * floor: one ``all_reduce`` of the same counts (4 × 10 stat scores × 5 metrics + the 10 × 10 matrix, int64),
   what any implementation must at least pay.
 
+Two more rows time a collection of task classes (``MulticlassAccuracy`` top-1 and top-3, ``MulticlassF1Score``,
+``MulticlassSpecificity``, ``MulticlassAUROC``: the exact AUROC's scores are ``cat`` states, so rows travel too)
+against torchmetrics' classes of the same names.
+
 A second table times ``update`` (one batch of 512 rows, no sync) for the same collections.
 """
 
@@ -42,6 +46,19 @@ def _members(lib: Any) -> dict[str, Any]:
     }
 
 
+def _task_members(lib: Any) -> dict[str, Any]:
+    """Task classes with the options the generic six lack: top-k, specificity, the exact multiclass AUROC."""
+    cls = lib.classification if hasattr(lib, "classification") else lib
+    kw = {"num_classes": CLASSES, "compute_with_cache": False}
+    return {
+        "top1": cls.MulticlassAccuracy(average="micro", **kw),
+        "top3": cls.MulticlassAccuracy(top_k=3, average="micro", **kw),
+        "f1": cls.MulticlassF1Score(**kw),
+        "specificity": cls.MulticlassSpecificity(**kw),
+        "auroc": cls.MulticlassAUROC(**kw),
+    }
+
+
 def _batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(rank)
     n = ROWS[rank % len(ROWS)]
@@ -60,6 +77,16 @@ def _worker(rank: int, world: int, budget: Budget) -> dict:
         collections["torchmetrics"] = theirs
         got, want = ours.compute(), theirs.compute()
         for key, value in want.items():  # same numbers before timing anything
+            torch.testing.assert_close(got[key].to(value.dtype), value, atol=1e-6, rtol=1e-6)
+    tasks = tmd.MetricCollection(_task_members(tmd))
+    tasks.update(preds, target)
+    collections["ours, task classes"] = tasks
+    if tm is not None:
+        theirs_tasks = tm.MetricCollection(_task_members(tm))
+        theirs_tasks.update(preds, target)
+        collections["torchmetrics, task classes"] = theirs_tasks
+        got, want = tasks.compute(), theirs_tasks.compute()
+        for key, value in want.items():
             torch.testing.assert_close(got[key].to(value.dtype), value, atol=1e-6, rtol=1e-6)
     counts = torch.zeros(4 * CLASSES * 5 + CLASSES * CLASSES, dtype=torch.int64)
 
@@ -90,7 +117,8 @@ def main(args: Any) -> list[Check]:
     speedup = paired_ratio(compute.get("torchmetrics"), compute.get("ours"))
     over_floor = paired_ratio(compute.get("ours"), compute.get("floor"))
     rows = [
-        [name, ms(median(compute[name])) if name in compute else "n/a"] for name in ("ours", "torchmetrics", "floor")
+        [name, ms(median(compute[name])) if name in compute else "n/a"]
+        for name in ("ours", "torchmetrics", "floor", "ours, task classes", "torchmetrics, task classes")
     ]
     print(
         table(
@@ -101,6 +129,8 @@ def main(args: Any) -> list[Check]:
                 f"torchmetrics / ours (median of paired rounds, {runs} runs pooled): "
                 f"{'n/a' if speedup is None else f'{speedup:.1f}x'}",
                 f"ours / floor (one all_reduce of the counts): {'n/a' if over_floor is None else f'{over_floor:.2f}x'}",
+                "task classes: top-1 and top-3 accuracy, macro F1 and specificity, exact multiclass AUROC (its scores "
+                "are cat states: the rows travel too)",
             ],
         )
     )

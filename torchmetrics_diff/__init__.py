@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from torchmetrics_diff.aggregation import CatMetric, MaxMetric, MeanMetric, MinMetric, SumMetric
-from torchmetrics_diff.classification import AUROC, Accuracy, ConfusionMatrix, F1Score, Precision, Recall
+from torchmetrics_diff.classification import (
+    AUROC,
+    Accuracy,
+    AveragePrecision,
+    ConfusionMatrix,
+    F1Score,
+    Precision,
+    Recall,
+    Specificity,
+    StatScores,
+)
 from torchmetrics_diff.collections import MetricCollection
 from torchmetrics_diff.composition import CompositionalMetric
 from torchmetrics_diff.metric import Metric
@@ -64,4 +74,8 @@ __all__ = [
     "SymmetricMeanAbsolutePercentageError",
     "RetrievalMRR",
     "RetrievalNormalizedDCG",
+    # classification: generic names added with the task classes
+    "AveragePrecision",
+    "Specificity",
+    "StatScores",
 ]

@@ -146,6 +146,13 @@ CASES: dict[str, Case] = {
     "RetrievalNormalizedDCG": Case(lambda: T.RetrievalNormalizedDCG(top_k=3).double(), _embeddings),
     "LoadBalancingLoss": Case(lambda: L.LoadBalancingLoss(CLASSES, top_k=2), lambda i: _router(i, probs=True)),
     "RouterZLoss": Case(lambda: L.RouterZLoss(), lambda i: _router(i, probs=False)),
+    # classification: the generic names and options added with the task classes
+    "Specificity": Case(
+        lambda: T.Specificity(task="multiclass", num_classes=CLASSES, average="macro", top_k=2), _multiclass
+    ),
+    "StatScores": Case(lambda: T.StatScores(task="multilabel", num_labels=LABELS, average="none"), _multilabel),
+    "AveragePrecision": Case(lambda: T.AveragePrecision(task="multiclass", num_classes=CLASSES), _multiclass),
+    "AUROC-multilabel": Case(lambda: T.AUROC(task="multilabel", num_labels=LABELS, average="weighted"), _multilabel),
 }
 
 #: the classes whose states are lists (compiled, they warm up in three calls: see _folded_lists in metric.py)
@@ -161,6 +168,8 @@ LIST_STATES = {
     "SpearmanCorrCoef",
     "RetrievalMRR",
     "RetrievalNormalizedDCG",
+    "AveragePrecision",
+    "AUROC-multilabel",
 }
 
 

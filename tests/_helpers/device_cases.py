@@ -128,6 +128,25 @@ def _auroc(scores: Tensor, target: Tensor) -> float:
     return statistics.fmean((p > q) + 0.5 * (p == q) for p in pos for q in neg)
 
 
+def _specificity(preds: Tensor, target: Tensor) -> float:
+    n = len(target)
+    return statistics.fmean((n - tp - fp - fn) / (n - tp - fn) for tp, fp, fn in _per_class(preds, target))
+
+
+def _stat_scores(preds: Tensor, target: Tensor) -> list[int]:
+    """``[tp, fp, tn, fn, support]`` summed over the classes."""
+    counts = _per_class(preds, target)
+    tp, fp, fn = (sum(c[i] for c in counts) for i in range(3))
+    return [tp, fp, CLASSES * len(target) - tp - fp - fn, fn, tp + fn]
+
+
+def _average_precision(scores: Tensor, target: Tensor) -> float:
+    """The mean over the positives of the precision at the positive's score (every row scoring at least as high)."""
+    rows = list(zip(scores.tolist(), target.tolist()))
+    pos = [s for s, t in rows if t == 1]
+    return statistics.fmean(sum(t for q, t in rows if q >= s) / sum(1 for q, _ in rows if q >= s) for s in pos)
+
+
 def _r2(preds: Tensor, target: Tensor) -> float:
     return 1 - float(((target - preds) ** 2).sum()) / float(((target - target.mean()) ** 2).sum())
 
@@ -274,6 +293,12 @@ METRIC_CASES: dict[str, MetricCase] = {
     "SpearmanCorrCoef": MetricCase(tmd.SpearmanCorrCoef, _regression, _spearman),
     "RetrievalMRR": MetricCase(tmd.RetrievalMRR, _pairs, _mrr),
     "RetrievalNormalizedDCG": MetricCase(lambda: tmd.RetrievalNormalizedDCG(top_k=K_TOP[-1]), _pairs, _ndcg_at_k),
+    # classification: the generic names added with the task classes
+    "Specificity": MetricCase(
+        lambda: tmd.Specificity(task="multiclass", num_classes=CLASSES, average="macro"), _multiclass, _specificity
+    ),
+    "StatScores": MetricCase(lambda: tmd.StatScores(task="multiclass", num_classes=CLASSES), _multiclass, _stat_scores),
+    "AveragePrecision": MetricCase(lambda: tmd.AveragePrecision(task="binary"), _binary, _average_precision),
 }
 
 

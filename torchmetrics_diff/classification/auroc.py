@@ -1,4 +1,6 @@
-"""Exact binary AUROC from ``cat`` states: every rank's scores and targets, gathered in one collective."""
+"""Exact AUROC and average precision from ``cat`` states: every rank's scores and targets, gathered in one
+collective, ranked once in ``compute`` (binary, multiclass one class against the rest, multilabel one label at a
+time)."""
 
 from __future__ import annotations
 
@@ -6,31 +8,99 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.functional._classification import (
-    binary_auroc_exact,
-    binary_auroc_inputs,
-    check_auroc_task,
-    check_ignore_index,
-)
+from torchmetrics_diff.functional._curves import check_curve_args, curve_inputs, curve_score
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 
-class AUROC(Metric):
-    """Area under the ROC curve of a binary task, exact (no thresholds binning) over every rank's rows.
+class _CurveMetric(Metric):
+    """Scores and targets as ``cat`` list states, scored by :func:`curve_score` (the class's ``_curve``)."""
 
-    The scores and targets are ``cat`` list states; ``compute`` ranks the gathered scores once (ties share their
-    mean rank, which equals the trapezoidal area of the exact ROC curve, as torchmetrics computes it). Logits
-    (any score outside ``[0, 1]`` in a batch) go through a sigmoid, as in torchmetrics. Without a positive or
-    without a negative target the value is 0, with a warning (torchmetrics' result).
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+    _curve: str  # "auroc" or "average_precision"
+    preds: list[torch.Tensor]
+    target: list[torch.Tensor]
+
+    def _setup(
+        self,
+        task: str,
+        num_classes: int | None,
+        num_labels: int | None,
+        average: str | None,
+        thresholds: Any,
+        ignore_index: int | None,
+        validate_args: bool,
+        max_fpr: Any = None,
+    ) -> None:
+        self._size = check_curve_args(task, num_classes, num_labels, average, thresholds, ignore_index, max_fpr)
+        self.task, self.num_classes, self.num_labels, self.average = task, num_classes, num_labels, average
+        self.thresholds, self.max_fpr = thresholds, max_fpr
+        self.ignore_index, self.validate_args = ignore_index, validate_args
+        self.add_state("preds", [], dist_reduce_fx="cat")
+        self.add_state("target", [], dist_reduce_fx="cat")
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Append a batch's scores and targets.
+
+        Args:
+            preds: floating scores: ``(N, ...)`` binary, ``(N, C, ...)`` multiclass, ``(N, L, ...)`` multilabel;
+                probabilities, or logits (a sigmoid, or for multiclass a softmax over dim 1, when some value of
+                the batch lies outside ``[0, 1]``).
+            target: integer labels: ``(N, ...)`` in ``{0, 1}`` or ``[0, C)``, or ``(N, L, ...)`` in ``{0, 1}``.
+
+        Raises:
+            ValueError: shapes that do not fit the task, integer ``preds``, or (``validate_args``) targets out of
+                range.
+        """
+        p, t = curve_inputs(preds, target, self.task, self._size, self.ignore_index, self.validate_args)
+        # appended even when empty: a rank whose list states hold (empty) tensors agrees with the others on their
+        # dtype and shape, so its syncs stay on the engine's one-collective path
+        self.preds.append(p.to(self.dtype))
+        self.target.append(t)
+
+    def compute(self) -> torch.Tensor:
+        """The value over every row seen.
+
+        Returns:
+            A tensor in the default dtype: 0-d, or one value per class or label with ``average="none"``.
+        """
+        if not self.preds:
+            columns = () if self.task == "binary" else (self._size,)
+            scores = torch.zeros((0, *columns), device=self.device)
+            target_shape = (0, *columns) if self.task == "multilabel" else (0,)
+            labels = torch.zeros(target_shape, dtype=torch.int64, device=self.device)
+        else:
+            scores, labels = dim_zero_cat(self.preds), dim_zero_cat(self.target)
+        return curve_score(scores, labels, self.task, self._size, self.average, self._curve)
+
+
+class AUROC(_CurveMetric):
+    """Area under the ROC curve, exact (no thresholds binning) over every rank's rows: binary, multiclass (each
+    class against the rest) or multilabel (each label).
+
+    The scores and targets are ``cat`` list states; ``compute`` ranks the gathered scores once per class (ties
+    share their mean rank, which equals the trapezoidal area of the exact ROC curve, as torchmetrics computes it
+    without ``thresholds``). Logits (any score outside ``[0, 1]`` in a batch) go through a sigmoid, or for
+    multiclass a softmax, as in torchmetrics. A class without a positive or without a negative target scores 0,
+    with a warning (torchmetrics' result).
 
     Args:
-        task: ``"binary"`` (the only one implemented). Default ``"binary"``.
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that targets lie in ``{0, 1}``. Default ``True``.
+        task: ``"binary"`` (default), ``"multiclass"`` or ``"multilabel"``.
+        ignore_index: target value whose entries are left out (a row for multiclass, one entry for multilabel).
+            Default ``None``.
+        validate_args: check that targets lie in their range. Default ``True``.
+        num_classes: ``C``, required for multiclass. Default ``None``.
+        num_labels: ``L``, required for multilabel. Default ``None``.
+        average: ``"macro"`` (default), ``"weighted"`` (by the number of positives), ``"none"``/``None``, and for
+            multilabel ``"micro"`` (every entry one binary task). Ignored for binary.
+        thresholds: only ``None`` (exact). Default ``None``.
+        max_fpr: only ``None`` (no partial AUROC). Default ``None``.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Raises:
-        ValueError: another task; in ``update``, inputs of different shapes, integer scores or bad targets.
+        ValueError: a bad argument (named); in ``update``, inputs of the wrong shape, integer scores or bad
+            targets.
 
     Example:
         >>> import torch
@@ -40,48 +110,77 @@ class AUROC(Metric):
         >>> metric.update(torch.tensor([0.35, 0.8]), torch.tensor([1, 1]))
         >>> metric.compute()
         tensor(0.7500)
+        >>> metric = AUROC(task="multiclass", num_classes=3)
+        >>> metric.update(torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3]]), torch.tensor([0, 1]))
+        >>> metric.update(torch.tensor([[0.1, 0.3, 0.6], [0.3, 0.3, 0.4]]), torch.tensor([2, 1]))
+        >>> metric.compute()
+        tensor(0.9583)
     """
 
-    is_differentiable = False
-    higher_is_better = True
-    full_state_update = False
-    preds: list[torch.Tensor]
-    target: list[torch.Tensor]
+    _curve = "auroc"
 
     def __init__(
-        self, task: str = "binary", ignore_index: int | None = None, validate_args: bool = True, **kwargs: Any
+        self,
+        task: str = "binary",
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+        num_classes: int | None = None,
+        num_labels: int | None = None,
+        average: str | None = "macro",
+        thresholds: Any = None,
+        max_fpr: Any = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_auroc_task(task)
-        check_ignore_index(ignore_index)
-        self.task, self.ignore_index, self.validate_args = task, ignore_index, validate_args
-        self.add_state("preds", [], dist_reduce_fx="cat")
-        self.add_state("target", [], dist_reduce_fx="cat")
+        self._setup(task, num_classes, num_labels, average, thresholds, ignore_index, validate_args, max_fpr)
 
-    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Append a batch's scores and targets.
 
-        Args:
-            preds: floating scores ``(N, ...)``: probabilities, or logits (a sigmoid is applied when any value
-                lies outside ``[0, 1]``).
-            target: integer labels in ``{0, 1}`` of the shape of ``preds``.
+class AveragePrecision(_CurveMetric):
+    """Average precision, exact over every rank's rows: binary, multiclass (each class against the rest) or
+    multilabel (each label).
 
-        Raises:
-            ValueError: tensors of different shapes, integer ``preds``, or (``validate_args``) targets outside
-                ``{0, 1}``.
-        """
-        p, t = binary_auroc_inputs(preds, target, self.ignore_index, self.validate_args)
-        # appended even when empty: a rank whose list states hold (empty) tensors agrees with the others on their
-        # dtype and shape, so its syncs stay on the engine's one-collective path
-        self.preds.append(p.to(self.dtype))
-        self.target.append(t)
+    ``sum_k (R_k - R_{k-1}) P_k`` over every distinct score taken as a threshold, as torchmetrics computes it
+    without ``thresholds``. The scores and targets are ``cat`` list states, ranked once in ``compute``. Without a
+    positive target the value is 0 (binary, and a multilabel label) or NaN (a multiclass class, left out of the
+    ``macro`` and ``weighted`` means), with a warning, as torchmetrics.
 
-    def compute(self) -> torch.Tensor:
-        """The AUROC of every row seen (0 with a warning before any positive and negative target).
+    Args:
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        thresholds: only ``None`` (exact). Default ``None``.
+        num_classes: ``C``, required for multiclass. Default ``None``.
+        num_labels: ``L``, required for multilabel. Default ``None``.
+        average: ``"macro"`` (default), ``"weighted"`` (by the number of positives), ``"none"``/``None``, and for
+            multilabel ``"micro"``. Ignored for binary.
+        ignore_index: target value whose entries are left out. Default ``None``.
+        validate_args: check that targets lie in their range. Default ``True``.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
-        Returns:
-            A 0-d tensor in the default dtype.
-        """
-        if not self.preds:
-            return binary_auroc_exact(torch.zeros(0, device=self.device), torch.zeros(0, dtype=torch.int64))
-        return binary_auroc_exact(dim_zero_cat(self.preds), dim_zero_cat(self.target))
+    Raises:
+        ValueError: a bad argument (named); in ``update``, inputs of the wrong shape, integer scores or bad
+            targets.
+
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import AveragePrecision
+        >>> metric = AveragePrecision(task="binary")
+        >>> metric.update(torch.tensor([0.1, 0.4]), torch.tensor([0, 0]))
+        >>> metric.update(torch.tensor([0.35, 0.8]), torch.tensor([1, 1]))
+        >>> metric.compute()
+        tensor(0.8333)
+    """
+
+    _curve = "average_precision"
+
+    def __init__(
+        self,
+        task: str,
+        thresholds: Any = None,
+        num_classes: int | None = None,
+        num_labels: int | None = None,
+        average: str | None = "macro",
+        ignore_index: int | None = None,
+        validate_args: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._setup(task, num_classes, num_labels, average, thresholds, ignore_index, validate_args)

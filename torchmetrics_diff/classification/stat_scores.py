@@ -1,28 +1,32 @@
-"""Accuracy, precision, recall, F1 and the confusion matrix, from integer ``sum`` states.
+"""Accuracy, precision, recall, F1, specificity, the stat scores and the confusion matrix, from integer states.
 
 Every state is an ``int64`` count (``tp``, ``fp``, ``tn``, ``fn`` per class or label, or the confusion
 matrix), reduced with ``sum``: a :class:`~torchmetrics_diff.MetricCollection` of these metrics packs all of
 them into one buffer and syncs in one collective (:ref:`architecture-sync-engine`). They are not differentiable
-(thresholds and argmax), so ``dist_sync_on_step`` gives the global-batch value without a graph.
+(thresholds and argmax), so ``dist_sync_on_step`` gives the global-batch value without a graph. With
+``multidim_average="samplewise"`` the counts are per sample, so they are ``int64`` ``cat`` states (one row per
+sample), gathered in the same collective.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from torchmetrics_diff.functional._classification import StatScores as Counts
 from torchmetrics_diff.functional._classification import (
-    StatScores,
+    check_multidim_args,
     check_task_args,
     check_zero_division,
     confusion_counts,
     normalize_confusion,
     reduce_stat_scores,
+    stack_stat_scores,
     stat_scores,
 )
-from torchmetrics_diff.metric import Metric
+from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 _TASK_ARGS = """
     Inputs of ``update`` and ``forward`` (as in :func:`~torchmetrics_diff.functional.stat_scores`): ``preds``
@@ -40,9 +44,11 @@ _TASK_ARGS = """
             for multiclass, classes absent from both targets and predictions are left out, as in torchmetrics),
             ``"weighted"`` (per-class scores weighted by support), ``"none"``/``None`` (one score per class).
             Ignored for ``binary``.
-        multidim_average: only ``"global"`` (the default: extra dimensions are folded into the batch) is
-            implemented.
-        top_k: only ``1`` (the default) is implemented.
+        multidim_average: ``"global"`` (the default: extra dimensions are folded into the batch) or
+            ``"samplewise"`` (one value per sample, over its extra dimensions: inputs ``(N, X, ...)``; the counts
+            are then ``cat`` states, one row per sample).
+        top_k: multiclass scores only: a sample is right when its target is among its ``top_k`` highest scores
+            (torchmetrics' top-k). Default 1.
         ignore_index: target value whose entries are left out. Default ``None``.
         validate_args: check that labels lie in their range (one pass over the batch); ``False`` skips it.
             Default ``True``."""
@@ -94,13 +100,13 @@ class _TaskCounts(Metric):
 class _StatScoresMetric(_TaskCounts):
     """``tp``/``fp``/``tn``/``fn`` count states (per class or label) reduced to the score named by ``_score``."""
 
-    higher_is_better = True
+    higher_is_better: ClassVar[bool | None] = True
     zero_division = 0.0  # the score of a zero denominator: torchmetrics' 0 (Accuracy), an argument of the others
     _score: str  # a key of functional ``SCORES``
-    tp: torch.Tensor
-    fp: torch.Tensor
-    tn: torch.Tensor
-    fn: torch.Tensor
+    tp: Any  # an int64 tensor, or (samplewise) a list of them
+    fp: Any
+    tn: Any
+    fn: Any
 
     def __init__(
         self,
@@ -116,19 +122,19 @@ class _StatScoresMetric(_TaskCounts):
         **kwargs: Any,
     ) -> None:
         super().__init__(task, threshold, num_classes, num_labels, average, ignore_index, validate_args, **kwargs)
-        if multidim_average != "global":
-            raise ValueError(f"`multidim_average` must be 'global' (the only one built); got {multidim_average!r}")
-        if top_k != 1:
-            raise ValueError(f"`top_k` must be 1 (the only value implemented); got {top_k!r}")
+        check_multidim_args(task, top_k, multidim_average, num_classes)
         if not isinstance(validate_args, bool):
             raise ValueError(f"`validate_args` must be a bool; got {validate_args!r}")
-        self.average = average
-        shape = () if task == "binary" else (self._size,)
-        for name in StatScores._fields:
-            self.add_state(name, torch.zeros(shape, dtype=torch.int64), dist_reduce_fx="sum")
+        self.average, self.top_k, self.multidim_average = average, top_k, multidim_average
+        self._shape = () if task == "binary" else (self._size,)
+        for name in Counts._fields:
+            if multidim_average == "samplewise":
+                self.add_state(name, [], dist_reduce_fx="cat")
+            else:
+                self.add_state(name, torch.zeros(self._shape, dtype=torch.int64), dist_reduce_fx="sum")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch's counts.
+        """Add a batch's counts (append each sample's, with ``multidim_average="samplewise"``).
 
         Args:
             preds: predictions, see the class docstring (shapes per task).
@@ -137,15 +143,29 @@ class _StatScoresMetric(_TaskCounts):
         Raises:
             ValueError: inputs that do not fit the task (shapes, dtypes, labels out of range).
         """
-        s = self._count(stat_scores, preds, target)
-        self.tp, self.fp, self.tn, self.fn = (
-            getattr(self, name) + value.to(self.device) for name, value in zip(StatScores._fields, s)
-        )
+        task_args = (self.task, self.threshold, self.num_classes, self.num_labels, self.ignore_index)
+        s = stat_scores(preds, target, *task_args, self.validate_args, self.top_k, self.multidim_average)
+        for name, value in zip(Counts._fields, s):
+            if self.multidim_average == "samplewise":  # appended even when empty: the rank stays on one path
+                getattr(self, name).append(value.to(self.device))
+            else:
+                setattr(self, name, getattr(self, name) + value.to(self.device))
+
+    def _counts(self) -> Counts:
+        """The counts of every batch seen: summed, or (samplewise) one row per sample."""
+        if self.multidim_average != "samplewise":
+            return Counts(self.tp, self.fp, self.tn, self.fn)
+
+        def rows(state: Any) -> torch.Tensor:
+            if isinstance(state, list) and not state:
+                return torch.zeros((0, *self._shape), dtype=torch.int64, device=self.device)
+            return dim_zero_cat(state)
+
+        return Counts(*(rows(getattr(self, name)) for name in Counts._fields))
 
     def compute(self) -> torch.Tensor:
-        """The score (see the class) of every batch seen."""
-        s = StatScores(self.tp, self.fp, self.tn, self.fn)
-        return reduce_stat_scores(s, self._score, self.task, self.average, self.zero_division)
+        """The score (see the class) of every batch seen; one per sample with ``multidim_average="samplewise"``."""
+        return reduce_stat_scores(self._counts(), self._score, self.task, self.average, self.zero_division, self.top_k)
 
 
 class Accuracy(_StatScoresMetric):
@@ -227,6 +247,56 @@ class F1Score(_ZeroDivision):
     """,
     )
     _score = "f1"
+
+
+class Specificity(_StatScoresMetric):
+    __doc__ = _doc(
+        """Specificity ``tn / (tn + fp)``, the recall of the negatives (0 where ``tn + fp`` is 0, as torchmetrics).
+""",
+        """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import Specificity
+        >>> metric = Specificity(task="multiclass", num_classes=3, average="macro")
+        >>> metric.update(torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2]))
+        >>> metric.compute()
+        tensor(0.8889)
+    """,
+        zero_division=False,
+    )
+    _score = "specificity"
+
+
+class StatScores(_StatScoresMetric):
+    __doc__ = _doc(
+        """The stat scores themselves, as torchmetrics' ``StatScores``: ``[tp, fp, tn, fn, support]`` (support
+    ``tp + fn``) along the last dimension, ``int64``: summed over classes with ``"micro"``, one row per class
+    with ``"none"``, and floating means over classes with ``"macro"`` and ``"weighted"`` (weights: the support).
+""",
+        """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff import StatScores
+        >>> metric = StatScores(task="multiclass", num_classes=3, average="none")
+        >>> metric.update(torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2]))
+        >>> metric.compute()
+        tensor([[1, 0, 3, 0, 1],
+                [1, 0, 2, 1, 2],
+                [1, 1, 2, 0, 1]])
+    """,
+        zero_division=False,
+    )
+    higher_is_better = None
+    _score = "stat_scores"
+
+    def compute(self) -> torch.Tensor:
+        """``[tp, fp, tn, fn, support]`` of every batch seen, reduced over classes by ``average``.
+
+        Returns:
+            Shape ``(5,)``, ``(C, 5)``/``(L, 5)`` with ``average="none"``, a leading ``(N,)`` when samplewise:
+            ``int64``, or floating (the default dtype) for ``"macro"`` and ``"weighted"``.
+        """
+        return stack_stat_scores(self._counts(), self.task, self.average)
 
 
 class ConfusionMatrix(_TaskCounts):

@@ -9,7 +9,8 @@ Inside, one job per module: ``_checks`` (validation, dtypes, counts, scales), ``
 SupCon, SigLIP: block and whole-batch forms), ``_normalized`` (weighted mean, token cross-entropy),
 ``_barlow_twins``, ``_kernels`` (the fused autograd kernels, free of communication), ``_strategy`` (the strategies,
 their checks, the replicated and sharded runs), ``_ring`` (the ring kernels) and ``_global`` (the ``global_*``
-functions); the everyday metrics' maths in ``_classification``, ``_regression``, ``_retrieval`` and ``_text``.
+functions); the everyday metrics' maths in ``_classification`` (with ``_curves`` for AUROC and average precision and
+``_classification_tasks`` for the task forms), ``_regression``, ``_retrieval`` and ``_text``.
 """
 
 from __future__ import annotations
@@ -23,12 +24,35 @@ from torchmetrics_diff.functional._barlow_twins import (
 from torchmetrics_diff.functional._classification import (
     StatScores,
     accuracy,
-    auroc,
     confusion_matrix,
     f1_score,
     precision,
     recall,
+    specificity,
     stat_scores,
+)
+from torchmetrics_diff.functional._classification_tasks import (
+    binary_accuracy,
+    binary_confusion_matrix,
+    binary_f1_score,
+    binary_precision,
+    binary_recall,
+    binary_specificity,
+    binary_stat_scores,
+    multiclass_accuracy,
+    multiclass_confusion_matrix,
+    multiclass_f1_score,
+    multiclass_precision,
+    multiclass_recall,
+    multiclass_specificity,
+    multiclass_stat_scores,
+    multilabel_accuracy,
+    multilabel_confusion_matrix,
+    multilabel_f1_score,
+    multilabel_precision,
+    multilabel_recall,
+    multilabel_specificity,
+    multilabel_stat_scores,
 )
 from torchmetrics_diff.functional._contrastive import (
     clip_block,
@@ -39,6 +63,16 @@ from torchmetrics_diff.functional._contrastive import (
     siglip_loss,
     supcon_block,
     supcon_loss,
+)
+from torchmetrics_diff.functional._curves import (
+    auroc,
+    average_precision,
+    binary_auroc,
+    binary_average_precision,
+    multiclass_auroc,
+    multiclass_average_precision,
+    multilabel_auroc,
+    multilabel_average_precision,
 )
 from torchmetrics_diff.functional._dino import dino_center_update
 from torchmetrics_diff.functional._global import (
@@ -176,4 +210,34 @@ __all__ = [
     "load_balancing_stats",
     "router_z_block",
     "router_z_loss",
+    # classification: the task forms and the ranking metrics
+    "average_precision",
+    "binary_auroc",
+    "binary_average_precision",
+    "multiclass_auroc",
+    "multiclass_average_precision",
+    "multilabel_auroc",
+    "multilabel_average_precision",
+    "specificity",
+    "binary_accuracy",
+    "multiclass_accuracy",
+    "multilabel_accuracy",
+    "binary_precision",
+    "multiclass_precision",
+    "multilabel_precision",
+    "binary_recall",
+    "multiclass_recall",
+    "multilabel_recall",
+    "binary_f1_score",
+    "multiclass_f1_score",
+    "multilabel_f1_score",
+    "binary_specificity",
+    "multiclass_specificity",
+    "multilabel_specificity",
+    "binary_stat_scores",
+    "multiclass_stat_scores",
+    "multilabel_stat_scores",
+    "binary_confusion_matrix",
+    "multiclass_confusion_matrix",
+    "multilabel_confusion_matrix",
 ]

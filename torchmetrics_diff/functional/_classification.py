@@ -1,5 +1,5 @@
 """Classification metrics as pure functions: stat scores (tp, fp, tn, fn), the scores reduced from them, the
-confusion matrix, and the exact binary AUROC.
+confusion matrix, and the exact binary AUROC (the multiclass and multilabel curves are in ``_curves``).
 
 Inputs follow torchmetrics:
 
@@ -16,6 +16,7 @@ ranks are the global counts, which is why the classification metrics need only `
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, NamedTuple
 
@@ -27,6 +28,7 @@ from torchmetrics_diff.functional._checks import check_ignore_index, check_posit
 TASKS = ("binary", "multiclass", "multilabel")
 AVERAGES = ("micro", "macro", "weighted", "none", None)
 NORMALIZE = ("true", "pred", "all", "none", None)
+MULTIDIM_AVERAGES = ("global", "samplewise")
 
 
 class StatScores(NamedTuple):
@@ -78,6 +80,22 @@ def check_task_args(
             raise ValueError("`num_labels` must be a positive int for task='multilabel'; got None")
         return check_positive_int("num_labels", num_labels)
     return 1
+
+
+def check_multidim_args(task: str, top_k: Any, multidim_average: Any, num_classes: int | None) -> None:
+    """``top_k`` (an int in ``[1, num_classes]``, above 1 for multiclass only) and ``multidim_average``.
+
+    Raises:
+        ValueError: naming the argument, what was expected and what came.
+    """
+    if multidim_average not in MULTIDIM_AVERAGES:
+        raise ValueError(f"`multidim_average` must be one of {MULTIDIM_AVERAGES}; got {multidim_average!r}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ValueError(f"`top_k` must be a positive int; got {top_k!r}")
+    if top_k > 1 and task != "multiclass":
+        raise ValueError(f"`top_k` above 1 needs task='multiclass'; got top_k={top_k} with task={task!r}")
+    if task == "multiclass" and num_classes is not None and top_k > num_classes:
+        raise ValueError(f"`top_k` must be at most num_classes={num_classes}; got {top_k}")
 
 
 def _check_pair(preds: Any, target: Any, same_shape: bool = True) -> None:
@@ -147,26 +165,53 @@ def _two_class_format(
     threshold: float,
     ignore_index: int | None,
     validate: bool,
+    samplewise: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Boolean predictions and targets, and the mask of kept entries (``None``: all): flat for ``binary``
-    (``num_labels=None``), ``(M, L)`` for multilabel (extra dims folded into rows)."""
+    (``num_labels=None``), ``(M, L)`` for multilabel (extra dims folded into rows). ``samplewise``: ``(X, N)``
+    and ``(X, N, L)``, the extra dims first, so that counts over dim 0 are each sample's."""
     _check_pair(preds, target)
     if num_labels is not None and (preds.ndim < 2 or preds.shape[1] != num_labels):
         raise ValueError(f"`preds` must have shape (N, num_labels={num_labels}, ...); got {tuple(preds.shape)}")
+    if samplewise and preds.ndim < (2 if num_labels is None else 3):
+        least = "(N, ...) with 2" if num_labels is None else "(N, L, ...) with 3"
+        raise ValueError(
+            f"`preds` must have shape {least} dims or more with multidim_average='samplewise'; got {tuple(preds.shape)}"
+        )
     if validate:
         _check_labels("target", target, 2, ignore_index)
+    n = preds.shape[0]
+    extra = math.prod(preds.shape[1 if num_labels is None else 2 :])  # explicit: a rank's batch may be empty
 
     def rows(x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(-1) if num_labels is None else x.movedim(1, -1).reshape(-1, num_labels)
+        if num_labels is None:
+            return x.reshape(n, extra).T if samplewise else x.reshape(-1)
+        x = x.movedim(1, -1)
+        return x.reshape(n, extra, num_labels).transpose(0, 1) if samplewise else x.reshape(-1, num_labels)
 
     keep = None if ignore_index is None else rows(target != ignore_index)
     return rows(_binary_preds(preds, threshold, validate)), rows(target == 1), keep
 
 
+def _top_k_labels(scores: torch.Tensor, target: torch.Tensor, top_k: int) -> torch.Tensor:
+    """torchmetrics' top-k prediction: the target where it is among the ``top_k`` highest scores, else the top
+    score's class (so that a sample counts as one prediction, right or wrong)."""
+    top = scores.topk(top_k, dim=1).indices
+    hit = (top == target.unsqueeze(1).to(top.dtype)).any(1)
+    return torch.where(hit, target.to(top.dtype), top[:, 0])
+
+
 def _multiclass_labels(
-    preds: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None, validate: bool
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    num_classes: int,
+    ignore_index: int | None,
+    validate: bool,
+    top_k: int = 1,
+    flat: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Flat predicted and target labels (``int64``) and the mask of kept entries (``None``: all)."""
+    """Predicted and target labels (``int64``) and the mask of kept entries (``None``: all): flat, or ``(N, X)``
+    (one row per sample) with ``flat=False``."""
     _check_pair(preds, target, same_shape=False)
     if preds.ndim == target.ndim + 1:
         if preds.shape[1] != num_classes or preds.shape[:1] + preds.shape[2:] != target.shape:
@@ -176,7 +221,12 @@ def _multiclass_labels(
             )
         if not preds.is_floating_point():
             raise ValueError(f"`preds` scores of shape (N, C, ...) must be floating; got dtype {preds.dtype}")
-        preds = preds.argmax(1)
+        preds = preds.argmax(1) if top_k == 1 else _top_k_labels(preds, target, top_k)
+    elif top_k > 1:
+        raise ValueError(
+            f"`top_k`={top_k} needs `preds` scores of shape (N, num_classes={num_classes}, ...); got labels of "
+            f"shape {tuple(preds.shape)}"
+        )
     elif preds.shape == target.shape:
         if validate:
             _check_labels("preds", preds, num_classes, None)
@@ -187,19 +237,51 @@ def _multiclass_labels(
         )
     if validate:
         _check_labels("target", target, num_classes, ignore_index)
-    p, t = preds.reshape(-1).long(), target.reshape(-1).long()
+    shape = (-1,) if flat else (target.shape[0], math.prod(target.shape[1:]))  # explicit: N may be 0
+    p, t = preds.reshape(shape).long(), target.reshape(shape).long()
     return p, t, (None if ignore_index is None else t != ignore_index)
 
 
+def _multiclass_samplewise(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    num_classes: int,
+    ignore_index: int | None,
+    validate: bool,
+    top_k: int,
+) -> StatScores:
+    """Each sample's per-class counts, ``(N, C)`` each, over the sample's extra dimensions."""
+    if target.ndim < 2:
+        raise ValueError(
+            f"`target` must have shape (N, ...) with 2 dims or more with multidim_average='samplewise'; got "
+            f"{tuple(target.shape)}"
+        )
+    p, t, keep = _multiclass_labels(preds, target, num_classes, ignore_index, validate, top_k, flat=False)
+    if keep is not None:  # an ignored target may be any int: one-hot encode class 0, then mask it out
+        t = torch.where(keep, t, 0)
+    classes = torch.arange(num_classes, device=t.device)
+
+    def one_hot(x: torch.Tensor) -> torch.Tensor:  # (N, X) labels -> (X, N, C) booleans
+        return (x.unsqueeze(-1) == classes).transpose(0, 1)
+
+    mask = None if keep is None else keep.transpose(0, 1).unsqueeze(-1)
+    return _masked_counts(one_hot(p), one_hot(t), mask)
+
+
 def multiclass_confusion_counts(
-    preds: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None = None, validate: bool = True
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    num_classes: int,
+    ignore_index: int | None = None,
+    validate: bool = True,
+    top_k: int = 1,
 ) -> torch.Tensor:
     """The ``(C, C)`` ``int64`` confusion matrix, rows the target class, columns the predicted one.
 
     Every entry is counted into a fixed ``C * C`` bins, an ignored one with weight 0 (no entry is dropped, no
     shape depends on the data: ``torch.compile`` traces it in one graph).
     """
-    p, t, keep = _multiclass_labels(preds, target, num_classes, ignore_index, validate)
+    p, t, keep = _multiclass_labels(preds, target, num_classes, ignore_index, validate, top_k)
     cell = t * num_classes + p
     ones = torch.ones_like(cell)
     if keep is not None:  # an ignored target may be any int (-100): count it in cell 0 with weight 0
@@ -229,6 +311,8 @@ def stat_scores(
     num_labels: int | None = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
+    top_k: int = 1,
+    multidim_average: str = "global",
 ) -> StatScores:
     """True positives, false positives, true negatives and false negatives of a batch.
 
@@ -246,14 +330,20 @@ def stat_scores(
         ignore_index: target entries equal to it are left out. Default ``None``.
         validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
 
+        top_k: ``multiclass`` with scores only: a sample is right when its target is among its ``top_k`` highest
+            scores (it then predicts the target, else its top class, as torchmetrics). Default 1.
+        multidim_average: ``"global"`` (default: extra dimensions folded into the batch) or ``"samplewise"``
+            (counts per sample over its extra dimensions; needs ``(N, X, ...)`` inputs).
+
     Returns:
         A :class:`StatScores` of ``int64`` tensors: 0-d for ``binary``, one count per class (``multiclass``,
-        ``(C,)``) or per label (``multilabel``, ``(L,)``).
+        ``(C,)``) or per label (``multilabel``, ``(L,)``); ``samplewise`` puts a leading ``(N,)`` in front.
 
     Raises:
-        ValueError: an unknown ``task``, a ``threshold`` outside ``[0, 1]``, a missing or non-positive
-            ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with ``validate_args``) labels out
-            of range.
+        ValueError: an unknown ``task`` or ``multidim_average``, a ``threshold`` outside ``[0, 1]``, a missing or
+            non-positive ``num_classes``/``num_labels``, a ``top_k`` below 1, above ``num_classes`` or above 1
+            outside multiclass scores, tensors of mismatched shapes, or (with ``validate_args``) labels out of
+            range.
 
     Example:
         >>> import torch
@@ -261,10 +351,15 @@ def stat_scores(
         StatScores(tp=tensor([1, 1, 1]), fp=tensor([0, 0, 1]), tn=tensor([3, 2, 2]), fn=tensor([0, 1, 0]))
     """
     size = check_task_args(task, threshold, num_classes, num_labels, "micro", ignore_index)
+    check_multidim_args(task, top_k, multidim_average, num_classes)
+    samplewise = multidim_average == "samplewise"
     if task != "multiclass":
         labels = size if task == "multilabel" else None
-        return _masked_counts(*_two_class_format(preds, target, labels, threshold, ignore_index, validate_args))
-    confmat = multiclass_confusion_counts(preds, target, size, ignore_index, validate_args)
+        formatted = _two_class_format(preds, target, labels, threshold, ignore_index, validate_args, samplewise)
+        return _masked_counts(*formatted)
+    if samplewise:
+        return _multiclass_samplewise(preds, target, size, ignore_index, validate_args, top_k)
+    confmat = multiclass_confusion_counts(preds, target, size, ignore_index, validate_args, top_k)
     tp = confmat.diagonal()
     fp = confmat.sum(0) - tp
     fn = confmat.sum(1) - tp
@@ -297,13 +392,28 @@ def _f1_parts(s: StatScores, task: str, beta: float = 1.0) -> tuple[torch.Tensor
     return (1 + b2) * s.tp, (1 + b2) * s.tp + b2 * s.fn + s.fp
 
 
+def _specificity_parts(s: StatScores, task: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return s.tn, s.tn + s.fp
+
+
 # each score as a numerator and a denominator of stat scores, so that one reducer divides and averages them all
-SCORES = {"accuracy": _accuracy_parts, "precision": _precision_parts, "recall": _recall_parts, "f1": _f1_parts}
+SCORES = {
+    "accuracy": _accuracy_parts,
+    "precision": _precision_parts,
+    "recall": _recall_parts,
+    "f1": _f1_parts,
+    "specificity": _specificity_parts,
+}
+# the scores whose multiclass macro average, with top_k > 1, leaves out only the classes without support (tp + fn)
+_TOP_K_MACRO = ("accuracy", "precision", "recall")
 
 
-def _average(score: torch.Tensor, s: StatScores, average: str | None, task: str) -> torch.Tensor:
+def _average(
+    score: torch.Tensor, s: StatScores, average: str | None, task: str, support_only: bool = False
+) -> torch.Tensor:
     """Per-class scores averaged torchmetrics' way: ``macro`` leaves out classes absent from both the targets and
-    the predictions (multiclass only), ``weighted`` weighs by support ``tp + fn``."""
+    the predictions (multiclass only; with ``support_only``, those absent from the targets), ``weighted`` weighs
+    by support ``tp + fn``."""
     if average in ("none", None):
         return score
     if average == "weighted":
@@ -311,18 +421,20 @@ def _average(score: torch.Tensor, s: StatScores, average: str | None, task: str)
     else:
         weights = torch.ones_like(score)
         if task == "multiclass":
-            weights = torch.where(s.tp + s.fp + s.fn == 0, torch.zeros_like(score), weights)
+            absent = s.tp + s.fn == 0 if support_only else s.tp + s.fp + s.fn == 0
+            weights = torch.where(absent, torch.zeros_like(score), weights)
     return _divide((weights * score).sum(-1), weights.sum(-1))
 
 
 def reduce_stat_scores(
-    s: StatScores, score: str, task: str, average: str | None = "micro", zero_division: float = 0.0
+    s: StatScores, score: str, task: str, average: str | None = "micro", zero_division: float = 0.0, top_k: int = 1
 ) -> torch.Tensor:
     """One of :data:`SCORES` from stat scores, ``zero_division`` where its denominator is 0: of the counts for
     ``binary``; else of the counts pooled over classes (``micro``) or per class, then averaged.
 
     Accuracy is ``(tp + tn) / all`` for binary and multilabel, ``tp / (tp + fn)`` per class for multiclass;
-    precision ``tp / (tp + fp)``; recall ``tp / (tp + fn)``; F1 ``2 tp / (2 tp + fn + fp)``.
+    precision ``tp / (tp + fp)``; recall ``tp / (tp + fn)``; F1 ``2 tp / (2 tp + fn + fp)``; specificity
+    ``tn / (tn + fp)``. Samplewise counts (a leading ``(N,)``) give one value per sample.
     """
     parts = SCORES[score]
 
@@ -333,7 +445,25 @@ def reduce_stat_scores(
         return value(s)
     if average == "micro":
         return value(StatScores(*(x.sum(-1) for x in s)))
-    return _average(value(s), s, average, task)
+    return _average(value(s), s, average, task, top_k > 1 and score in _TOP_K_MACRO)
+
+
+def stack_stat_scores(s: StatScores, task: str, average: str | None) -> torch.Tensor:
+    """torchmetrics' stacked stat scores ``[tp, fp, tn, fn, support]`` along the last dimension (support
+    ``tp + fn``): ``int64`` summed over classes (``"micro"``) or per class (``"none"``, and always for binary),
+    floating means over classes for ``"macro"`` and ``"weighted"`` (weights: the support; NaN without any)."""
+    res = torch.stack([s.tp, s.fp, s.tn, s.fn, s.tp + s.fn], -1)
+    if task == "binary" or average in ("none", None):
+        return res
+    if average == "micro":
+        return res.sum(-2)
+    dtype = torch.get_default_dtype()
+    if average == "macro":
+        return res.to(dtype).mean(-2)
+    weights = (s.tp + s.fn).to(dtype)
+    # torchmetrics divides the multilabel samplewise weights by the support of every sample and label together
+    share = weights / (weights.sum() if task == "multilabel" else weights.sum(-1, keepdim=True))
+    return (res.to(dtype) * share.unsqueeze(-1)).sum(-2)
 
 
 def check_zero_division(zero_division: Any) -> float:
@@ -356,12 +486,15 @@ def _score(
     ignore_index: int | None,
     validate_args: bool,
     zero_division: float = 0,
+    top_k: int = 1,
+    multidim_average: str = "global",
 ) -> torch.Tensor:
     """Validate, count and reduce: the body of every stat-score function."""
     check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
     zd = check_zero_division(zero_division)
-    s = stat_scores(preds, target, task, threshold, num_classes, num_labels, ignore_index, validate_args)
-    return reduce_stat_scores(s, score, task, average, zd)
+    task_args = (task, threshold, num_classes, num_labels, ignore_index, validate_args, top_k, multidim_average)
+    s = stat_scores(preds, target, *task_args)
+    return reduce_stat_scores(s, score, task, average, zd, top_k)
 
 
 def accuracy(
@@ -374,6 +507,8 @@ def accuracy(
     average: str | None = "micro",
     ignore_index: int | None = None,
     validate_args: bool = True,
+    top_k: int = 1,
+    multidim_average: str = "global",
 ) -> torch.Tensor:
     """Accuracy of a batch: ``(tp + tn) / all`` for ``binary`` and ``multilabel``, ``tp / (tp + fn)`` per class
     for ``multiclass`` (with ``"micro"``: the fraction of correct labels).
@@ -398,9 +533,14 @@ def accuracy(
         ignore_index: target entries equal to it are left out. Default ``None``.
         validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
 
+        top_k: ``multiclass`` scores only: right when the target is among the ``top_k`` highest scores (keyword;
+            see :func:`stat_scores`). Default 1.
+        multidim_average: ``"global"`` (default) or ``"samplewise"``: one value per sample, over its extra
+            dimensions (keyword). Default ``"global"``.
     Returns:
         A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
-        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``. No gradient (it is counts).
+        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``; a leading ``(N,)`` when samplewise.
+        No gradient (it is counts).
 
     Raises:
         ValueError: an unknown ``task``, ``average``, a ``threshold`` outside ``[0, 1]``,
@@ -413,7 +553,7 @@ def accuracy(
         tensor(0.7500)
     """
     args = (task, threshold, num_classes, num_labels, average, ignore_index, validate_args)
-    return _score("accuracy", preds, target, *args)
+    return _score("accuracy", preds, target, *args, 0, top_k, multidim_average)
 
 
 def precision(
@@ -427,6 +567,8 @@ def precision(
     ignore_index: int | None = None,
     validate_args: bool = True,
     zero_division: float = 0,
+    top_k: int = 1,
+    multidim_average: str = "global",
 ) -> torch.Tensor:
     """Precision ``tp / (tp + fp)`` of a batch.
 
@@ -451,9 +593,14 @@ def precision(
         validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
         zero_division: ``0`` (default, as torchmetrics) or ``1``: the score where its denominator is zero.
 
+        top_k: ``multiclass`` scores only: right when the target is among the ``top_k`` highest scores (keyword;
+            see :func:`stat_scores`). Default 1.
+        multidim_average: ``"global"`` (default) or ``"samplewise"``: one value per sample, over its extra
+            dimensions (keyword). Default ``"global"``.
     Returns:
         A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
-        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``. No gradient (it is counts).
+        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``; a leading ``(N,)`` when samplewise.
+        No gradient (it is counts).
 
     Raises:
         ValueError: an unknown ``task``, ``average`` or ``zero_division``, a ``threshold`` outside ``[0, 1]``,
@@ -466,7 +613,7 @@ def precision(
         tensor(0.5000)
     """
     args = (task, threshold, num_classes, num_labels, average, ignore_index, validate_args, zero_division)
-    return _score("precision", preds, target, *args)
+    return _score("precision", preds, target, *args, top_k, multidim_average)
 
 
 def recall(
@@ -480,6 +627,8 @@ def recall(
     ignore_index: int | None = None,
     validate_args: bool = True,
     zero_division: float = 0,
+    top_k: int = 1,
+    multidim_average: str = "global",
 ) -> torch.Tensor:
     """Recall ``tp / (tp + fn)`` of a batch.
 
@@ -504,9 +653,14 @@ def recall(
         validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
         zero_division: ``0`` (default, as torchmetrics) or ``1``: the score where its denominator is zero.
 
+        top_k: ``multiclass`` scores only: right when the target is among the ``top_k`` highest scores (keyword;
+            see :func:`stat_scores`). Default 1.
+        multidim_average: ``"global"`` (default) or ``"samplewise"``: one value per sample, over its extra
+            dimensions (keyword). Default ``"global"``.
     Returns:
         A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
-        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``. No gradient (it is counts).
+        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``; a leading ``(N,)`` when samplewise.
+        No gradient (it is counts).
 
     Raises:
         ValueError: an unknown ``task``, ``average`` or ``zero_division``, a ``threshold`` outside ``[0, 1]``,
@@ -519,7 +673,7 @@ def recall(
         tensor(0.5000)
     """
     args = (task, threshold, num_classes, num_labels, average, ignore_index, validate_args, zero_division)
-    return _score("recall", preds, target, *args)
+    return _score("recall", preds, target, *args, top_k, multidim_average)
 
 
 def f1_score(
@@ -533,6 +687,8 @@ def f1_score(
     ignore_index: int | None = None,
     validate_args: bool = True,
     zero_division: float = 0,
+    top_k: int = 1,
+    multidim_average: str = "global",
 ) -> torch.Tensor:
     """F1 score ``2 tp / (2 tp + fp + fn)`` of a batch.
 
@@ -557,9 +713,14 @@ def f1_score(
         validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
         zero_division: ``0`` (default, as torchmetrics) or ``1``: the score where its denominator is zero.
 
+        top_k: ``multiclass`` scores only: right when the target is among the ``top_k`` highest scores (keyword;
+            see :func:`stat_scores`). Default 1.
+        multidim_average: ``"global"`` (default) or ``"samplewise"``: one value per sample, over its extra
+            dimensions (keyword). Default ``"global"``.
     Returns:
         A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
-        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``. No gradient (it is counts).
+        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``; a leading ``(N,)`` when samplewise.
+        No gradient (it is counts).
 
     Raises:
         ValueError: an unknown ``task``, ``average`` or ``zero_division``, a ``threshold`` outside ``[0, 1]``,
@@ -573,7 +734,55 @@ def f1_score(
         tensor(0.7778)
     """
     args = (task, threshold, num_classes, num_labels, average, ignore_index, validate_args, zero_division)
-    return _score("f1", preds, target, *args)
+    return _score("f1", preds, target, *args, top_k, multidim_average)
+
+
+def specificity(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    threshold: float = 0.5,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    average: str | None = "micro",
+    multidim_average: str = "global",
+    top_k: int = 1,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """Specificity ``tn / (tn + fp)`` of a batch (0 where ``tn + fp`` is 0, as torchmetrics).
+
+    The functional form of :class:`~torchmetrics_diff.Specificity`; no collective. Its arguments come in
+    torchmetrics' order.
+
+    Args:
+        preds: predictions, as for :func:`stat_scores` (per task).
+        target: integer labels of the matching shape; entries equal to ``ignore_index`` are allowed.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
+        num_classes: ``C``, required for ``multiclass``. Default ``None``.
+        num_labels: ``L``, required for ``multilabel``. Default ``None``.
+        average: ``"micro"`` (default), ``"macro"``, ``"weighted"`` or ``"none"``/``None``, as for
+            :func:`precision`. Ignored for ``binary``.
+        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
+        top_k: ``multiclass`` scores only, as for :func:`stat_scores`. Default 1.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check that the labels lie in their range. Default ``True``.
+
+    Returns:
+        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a leading
+        ``(N,)`` when samplewise. No gradient.
+
+    Raises:
+        ValueError: a bad argument (named), tensors of mismatched shapes, or labels out of range.
+
+    Example:
+        >>> import torch
+        >>> specificity(torch.tensor([0.9, 0.2, 0.7, 0.1]), torch.tensor([1, 1, 0, 0]), "binary")
+        tensor(0.5000)
+    """
+    args = (task, threshold, num_classes, num_labels, average, ignore_index, validate_args)
+    return _score("specificity", preds, target, *args, 0, top_k, multidim_average)
 
 
 def confusion_counts(
@@ -659,12 +868,6 @@ def confusion_matrix(
 
 
 # ------------------------------------------------------------------------------------------------------ AUROC
-def check_auroc_task(task: Any) -> None:
-    """Only the binary AUROC is implemented."""
-    if task != "binary":
-        raise ValueError(f"`task` must be 'binary' (the only AUROC task implemented); got {task!r}")
-
-
 def binary_auroc_inputs(
     preds: torch.Tensor, target: torch.Tensor, ignore_index: int | None = None, validate: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -712,40 +915,3 @@ def binary_auroc_exact(scores: torch.Tensor, target: torch.Tensor) -> torch.Tens
     pairs = positives * negatives
     auc = (rank_sum - positives * (positives + 1) / 2) / torch.where(pairs > 0, pairs, 1.0)
     return torch.where(pairs > 0, auc, 0.0).to(dtype)
-
-
-def auroc(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    task: str = "binary",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """Exact area under the ROC curve of a batch (binary only).
-
-    The Mann-Whitney statistic, with tied scores sharing their mean rank: it equals the trapezoidal area under the
-    exact ROC curve (no binning). The functional form of :class:`~torchmetrics_diff.AUROC`; no collective.
-
-    Args:
-        preds: floating scores of shape ``(N, ...)``: probabilities, or logits (any value outside ``[0, 1]``: a
-            sigmoid is applied first).
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        task: only ``"binary"`` (the default) is implemented.
-        ignore_index: target entries equal to it are left out. Default ``None``.
-        validate_args: check that the targets lie in ``{0, 1}``. Default ``True``.
-
-    Returns:
-        A 0-d tensor in the default dtype (float32), without gradient; 0, with a ``UserWarning``, when the kept
-        targets hold no positive or no negative.
-
-    Raises:
-        ValueError: a ``task`` other than ``"binary"``, tensors of different shapes, integer ``preds``, or (with
-            ``validate_args``) targets outside ``{0, 1}``.
-
-    Example:
-        >>> import torch
-        >>> auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
-        tensor(0.7500)
-    """
-    check_auroc_task(task)
-    return binary_auroc_exact(*binary_auroc_inputs(preds, target, ignore_index, validate_args))

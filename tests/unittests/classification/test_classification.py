@@ -291,9 +291,9 @@ BAD: list[tuple[Callable[[], Any], str]] = [
     (lambda: Precision(task="binary", threshold=1.5), r"`threshold` must be a float in \[0, 1\]; got 1.5"),
     (lambda: Recall(task="multiclass", num_classes=3, average="samples"), "`average` must be one of"),
     (lambda: F1Score(task="binary", zero_division=0.5), "`zero_division` must be 0 or 1; got 0.5"),
-    (lambda: Accuracy(task="multiclass", num_classes=3, top_k=2), "`top_k` must be 1"),
+    (lambda: Accuracy(task="multiclass", num_classes=3, top_k=4), "`top_k` must be at most num_classes=3; got 4"),
     (lambda: ConfusionMatrix(task="binary", normalize="rows"), "`normalize` must be one of"),
-    (lambda: AUROC(task="multiclass"), "`task` must be 'binary'"),
+    (lambda: AUROC(task="multiclass"), "`num_classes` must be a positive int for task='multiclass'; got None"),
     (
         lambda: Accuracy(task="binary").update(torch.rand(4), torch.tensor([0, 1, 2, 1])),
         r"`target` values must lie in \[0, 1\]; found \[2\]",

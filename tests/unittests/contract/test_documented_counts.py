@@ -831,6 +831,11 @@ CLAIMS: list[Claim] = [
         "one collective per step (every state is a ``sum`` state)",
         {"MeanSquaredError(dist_sync_on_step=True) forward 3": 1},
     ),
+    Claim(
+        "docs/guide/decisions.rst",
+        "they stay ``sum`` states (one collective for a whole collection)",
+        {"classification collection sync 3": 1},
+    ),
 ]
 
 # Passages that read like a count of collectives but state none of this package's calls.

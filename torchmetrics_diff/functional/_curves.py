@@ -1,0 +1,567 @@
+"""Exact ranking metrics of the classification tasks: AUROC and average precision, binary, multiclass (one class
+against the rest) and multilabel (one label at a time), from the scores themselves, never from thresholds.
+
+Both come from one sort per column and two binary searches (the ranks of tied scores), so every shape is the
+input's:
+
+- AUROC is the Mann-Whitney statistic with tied scores sharing their mean rank, which equals the trapezoidal area
+  under the exact ROC curve (what torchmetrics computes without ``thresholds``);
+- average precision is ``sum_k (R_k - R_{k-1}) P_k`` over the distinct scores taken as thresholds (torchmetrics'
+  step sum), written as the mean, over the positive rows, of the precision at the row's own score: ``(positives
+  scoring at least s) / (rows scoring at least s)``.
+
+Per task, like torchmetrics: binary scores go through a sigmoid when some value of the batch lies outside
+``[0, 1]``, multiclass scores through a softmax over the classes, multilabel scores through a sigmoid. A column
+without a positive (or, for AUROC, without a negative) scores 0 with a warning; for the multiclass average
+precision such a class is NaN and is left out of the ``macro`` and ``weighted`` means, as torchmetrics does.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from torchmetrics_diff.distributed._compile import compiling
+from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int
+from torchmetrics_diff.functional._classification import (
+    TASKS,
+    _check_labels,
+    _check_pair,
+    binary_auroc_exact,
+    binary_auroc_inputs,
+)
+
+CURVE_AVERAGES = ("macro", "weighted", "none", None)
+MULTILABEL_CURVE_AVERAGES = ("micro", "macro", "weighted", "none", None)
+CURVES = ("auroc", "average_precision")
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+def check_curve_args(
+    task: Any,
+    num_classes: Any = None,
+    num_labels: Any = None,
+    average: Any = "macro",
+    thresholds: Any = None,
+    ignore_index: Any = None,
+    max_fpr: Any = None,
+) -> int:
+    """Validate the arguments of AUROC and average precision; return the number of columns (1 for binary).
+
+    Raises:
+        ValueError: naming the argument, what was expected and what came; ``thresholds`` and ``max_fpr`` other
+            than ``None`` are not supported (the values are exact).
+    """
+    if task not in TASKS:
+        raise ValueError(f"`task` must be one of {TASKS}; got {task!r}")
+    if thresholds is not None:
+        raise ValueError(
+            "`thresholds` must be None: the value is exact, from every score (binned thresholds are not "
+            f"implemented); got {thresholds!r}"
+        )
+    if max_fpr is not None:
+        raise ValueError(f"`max_fpr` must be None (the partial AUROC is not implemented); got {max_fpr!r}")
+    check_ignore_index(ignore_index)
+    if task == "binary":
+        return 1
+    choices = MULTILABEL_CURVE_AVERAGES if task == "multilabel" else CURVE_AVERAGES
+    if average not in choices:
+        raise ValueError(f"`average` must be one of {choices} for task={task!r}; got {average!r}")
+    name, value = ("num_classes", num_classes) if task == "multiclass" else ("num_labels", num_labels)
+    if value is None:
+        raise ValueError(f"`{name}` must be a positive int for task={task!r}; got None")
+    return check_positive_int(name, value)
+
+
+def _probabilities(scores: torch.Tensor, softmax: bool) -> torch.Tensor:
+    """Scores as probabilities: a sigmoid (or a softmax over dim 1) when some value lies outside ``[0, 1]``,
+    decided on the device for the whole tensor (as torchmetrics does per batch)."""
+    if not scores.numel():
+        return scores
+    logits = ((scores < 0) | (scores > 1)).any()
+    return torch.where(logits, torch.softmax(scores, 1) if softmax else torch.sigmoid(scores), scores)
+
+
+def curve_inputs(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    size: int,
+    ignore_index: int | None = None,
+    validate: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch as the rows the curve metrics keep: probabilities and ``int64`` targets.
+
+    ``binary``: flat scores ``(M,)`` and targets, ignored entries dropped. ``multiclass``: ``(M, C)`` and
+    ``(M,)``, extra dimensions folded into rows, rows with an ignored target dropped. ``multilabel``: ``(M, L)``
+    and ``(M, L)``, an ignored entry kept with target ``-1`` (a row may be ignored for one label only).
+
+    Raises:
+        ValueError: integer ``preds``, shapes that do not fit the task, or (``validate``) targets out of range.
+    """
+    if task == "binary":
+        return binary_auroc_inputs(preds, target, ignore_index, validate)
+    multiclass = task == "multiclass"
+    _check_pair(preds, target, same_shape=not multiclass)
+    if not preds.is_floating_point():
+        raise ValueError(f"`preds` must be floating scores (probabilities or logits); got dtype {preds.dtype}")
+    name = "num_classes" if multiclass else "num_labels"
+    rank = target.ndim + 1 if multiclass else target.ndim
+    if preds.ndim < 2 or preds.ndim != rank or preds.shape[1] != size:
+        raise ValueError(
+            f"`preds` must have shape (N, {name}={size}, ...) for `target` of shape {tuple(target.shape)}; got "
+            f"{tuple(preds.shape)}"
+        )
+    if multiclass and preds.shape[:1] + preds.shape[2:] != target.shape:
+        raise ValueError(
+            f"`preds` (N, C, ...) must match `target` (N, ...) outside dim 1; got preds {tuple(preds.shape)} and "
+            f"target {tuple(target.shape)}"
+        )
+    if validate:
+        _check_labels("target", target, size if multiclass else 2, ignore_index)
+    scores = preds.movedim(1, -1).reshape(-1, size)
+    if multiclass:
+        labels = target.reshape(-1).long()
+        if ignore_index is not None:
+            keep = labels != ignore_index
+            scores, labels = scores[keep], labels[keep]
+        return _probabilities(scores, softmax=True), labels
+    labels = target.movedim(1, -1).reshape(-1, size).long()
+    if ignore_index is not None:
+        labels = torch.where(labels == ignore_index, -1, labels)
+    return _probabilities(scores, softmax=False), labels
+
+
+# ------------------------------------------------------------------------------------------------ the maths
+def _columns(scores: torch.Tensor, positive: torch.Tensor, valid: torch.Tensor | None, curve: str) -> torch.Tensor:
+    """AUROC or average precision of each column of ``(M, K)`` scores (float64), with per-entry ``positive``
+    targets and, for multilabel, the ``valid`` (not ignored) entries; NaN where undefined (a column without a
+    positive, or for AUROC without a negative)."""
+    rows = scores.shape[0]
+    scores = scores.detach()
+    if valid is not None:  # an ignored entry scores -inf: below every kept score, so it changes no kept rank
+        scores = torch.where(valid, scores, float("-inf"))
+        positive = positive & valid
+        kept = valid.sum(0).to(torch.float64)
+    else:
+        kept = torch.full(scores.shape[1:], float(rows), dtype=torch.float64, device=scores.device)
+    cols, pos = scores.T.contiguous(), positive.T
+    ordered, order = cols.sort(dim=1)
+    below = torch.searchsorted(ordered, cols)  # (K, M): scores ranked strictly below
+    positives = pos.sum(1).to(torch.float64)
+    if curve == "auroc":
+        through = torch.searchsorted(ordered, cols, right=True)
+        mean_rank = (below + through + 1).to(torch.float64) / 2 - (rows - kept).unsqueeze(1)  # among kept only
+        rank_sum = torch.where(pos, mean_rank, 0.0).sum(1)
+        pairs = positives * (kept - positives)
+        auc = (rank_sum - positives * (positives + 1) / 2) / torch.where(pairs > 0, pairs, 1.0)
+        return torch.where(pairs > 0, auc, float("nan"))
+    cum = torch.cat([pos.new_zeros(pos.shape[0], 1, dtype=torch.int64), pos.gather(1, order).cumsum(1)], 1)
+    hits_at_least = positives.unsqueeze(1) - cum.gather(1, below).to(torch.float64)  # positives scoring >= s
+    rows_at_least = (rows - below).to(torch.float64)  # kept rows scoring >= s (ignored ones are -inf)
+    precision_at = torch.where(pos, hits_at_least / rows_at_least.clamp(min=1), 0.0)
+    return torch.where(positives > 0, precision_at.sum(1) / positives.clamp(min=1), float("nan"))
+
+
+def _warn_undefined(values: torch.Tensor, curve: str, what: str) -> None:
+    """torchmetrics' warning for columns whose score is undefined (no positive, or for AUROC no negative)."""
+    if compiling() or not values.numel():
+        return
+    undefined = torch.isnan(values)
+    if bool(undefined.any()):
+        missing = "positive or no negative" if curve == "auroc" else "positive"
+        warnings.warn(
+            f"{curve} is undefined for {int(undefined.sum())} {what}(s) with no {missing} target",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _binary(scores: torch.Tensor, target: torch.Tensor, curve: str) -> torch.Tensor:
+    if curve == "auroc":
+        return binary_auroc_exact(scores, target)
+    value = _columns(scores.reshape(-1, 1), (target == 1).reshape(-1, 1), None, curve)
+    _warn_undefined(value, curve, "binary target")
+    return torch.nan_to_num(value, nan=0.0).reshape(()).to(torch.get_default_dtype())
+
+
+def curve_score(
+    scores: torch.Tensor, target: torch.Tensor, task: str, size: int, average: str | None, curve: str
+) -> torch.Tensor:
+    """AUROC or average precision (``curve``) of rows formatted by :func:`curve_inputs` (every rank's, gathered).
+
+    Returns:
+        A tensor in the default dtype: 0-d, or one value per class or label with ``average="none"``.
+    """
+    dtype = torch.get_default_dtype()
+    if task == "binary":
+        return _binary(scores, target, curve)
+    if task == "multilabel" and average == "micro":
+        kept = target >= 0
+        return _binary(scores[kept], target[kept], curve)
+    valid: torch.Tensor | None = None
+    if task == "multiclass":
+        positive = target.unsqueeze(1) == torch.arange(size, device=target.device)
+    else:
+        positive, valid = target == 1, target >= 0
+    values = _columns(scores, positive, valid, curve)
+    _warn_undefined(values, curve, "class" if task == "multiclass" else "label")
+    if not (curve == "average_precision" and task == "multiclass"):
+        values = torch.nan_to_num(values, nan=0.0)  # torchmetrics' 0 for an undefined column
+    if average in ("none", None):
+        return values.to(dtype)
+    defined = ~torch.isnan(values)
+    weights = positive.sum(0).to(torch.float64) if average == "weighted" else torch.ones_like(values)
+    weights = torch.where(defined, weights, 0.0)
+    total = weights.sum()
+    mean = (torch.where(defined, values, 0.0) * weights).sum() / torch.where(total > 0, total, 1.0)
+    if average == "macro":  # no defined column: NaN, the mean of nothing
+        mean = torch.where(defined.any(), mean, float("nan"))
+    return mean.to(dtype)
+
+
+def _curve(
+    curve: str,
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    num_classes: int | None,
+    num_labels: int | None,
+    average: str | None,
+    thresholds: Any,
+    ignore_index: int | None,
+    validate_args: bool,
+    max_fpr: Any = None,
+) -> torch.Tensor:
+    """Validate, format and score: the body of every AUROC and average-precision function."""
+    size = check_curve_args(task, num_classes, num_labels, average, thresholds, ignore_index, max_fpr)
+    scores, labels = curve_inputs(preds, target, task, size, ignore_index, validate_args)
+    return curve_score(scores, labels, task, size, average, curve)
+
+
+# ------------------------------------------------------------------------------------------ public functions
+def auroc(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str = "binary",
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    average: str | None = "macro",
+    thresholds: Any = None,
+    max_fpr: Any = None,
+) -> torch.Tensor:
+    """Exact area under the ROC curve of a batch: binary, multiclass (each class against the rest) or multilabel.
+
+    The Mann-Whitney statistic, with tied scores sharing their mean rank: it equals the trapezoidal area under the
+    exact ROC curve (no binning). The functional form of :class:`~torchmetrics_diff.AUROC`; no collective. The
+    first five arguments keep this package's earlier order; pass the others by keyword.
+
+    Args:
+        preds: floating scores: ``(N, ...)`` binary, ``(N, C, ...)`` multiclass, ``(N, L, ...)`` multilabel;
+            probabilities, or logits (a sigmoid, or for multiclass a softmax over dim 1, when some value lies
+            outside ``[0, 1]``).
+        target: integer labels: ``(N, ...)`` in ``{0, 1}`` (binary) or ``[0, C)`` (multiclass), ``(N, L, ...)``
+            in ``{0, 1}`` (multilabel); entries equal to ``ignore_index`` are allowed.
+        task: ``"binary"`` (default), ``"multiclass"`` or ``"multilabel"``.
+        ignore_index: target entries equal to it are left out (a whole row for multiclass, one entry for
+            multilabel). Default ``None``.
+        validate_args: check that the targets lie in their range. Default ``True``.
+        num_classes: ``C``, required for multiclass. Default ``None``.
+        num_labels: ``L``, required for multilabel. Default ``None``.
+        average: ``"macro"`` (default: mean over classes or labels), ``"weighted"`` (weighted by the number of
+            positives), ``"none"``/``None`` (one value each), and for multilabel ``"micro"`` (every entry as one
+            binary task). Ignored for binary.
+        thresholds: only ``None`` (exact; binned thresholds are not implemented). Default ``None``.
+        max_fpr: only ``None`` (the partial AUROC is not implemented). Default ``None``.
+
+    Returns:
+        A tensor in the default dtype (float32), without gradient: 0-d, or ``(C,)``/``(L,)`` with
+        ``average="none"``. A class or label without a positive or without a negative scores 0, with a
+        ``UserWarning`` (torchmetrics' value).
+
+    Raises:
+        ValueError: an unknown ``task`` or ``average``, a missing ``num_classes``/``num_labels``, ``thresholds``
+            or ``max_fpr`` given, integer ``preds``, mismatched shapes, or (with ``validate_args``) targets out of
+            range.
+
+    Example:
+        >>> import torch
+        >>> auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
+        tensor(0.7500)
+        >>> scores = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]])
+        >>> auroc(scores, torch.tensor([0, 1, 2, 1]), task="multiclass", num_classes=3, average="none")
+        tensor([1.0000, 0.8750, 1.0000])
+    """
+    args = (task, num_classes, num_labels, average, thresholds, ignore_index, validate_args, max_fpr)
+    return _curve("auroc", preds, target, *args)
+
+
+def average_precision(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    thresholds: Any = None,
+    num_classes: int | None = None,
+    num_labels: int | None = None,
+    average: str | None = "macro",
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """Exact average precision of a batch: binary, multiclass (each class against the rest) or multilabel.
+
+    ``sum_k (R_k - R_{k-1}) P_k`` over every distinct score taken as a threshold, as torchmetrics computes it
+    without ``thresholds``. The functional form of :class:`~torchmetrics_diff.AveragePrecision`; no collective.
+    Arguments in torchmetrics' order.
+
+    Args:
+        preds: floating scores: ``(N, ...)`` binary, ``(N, C, ...)`` multiclass, ``(N, L, ...)`` multilabel;
+            probabilities, or logits (a sigmoid, or for multiclass a softmax over dim 1, when some value lies
+            outside ``[0, 1]``).
+        target: integer labels: ``(N, ...)`` in ``{0, 1}`` (binary) or ``[0, C)`` (multiclass), ``(N, L, ...)``
+            in ``{0, 1}`` (multilabel); entries equal to ``ignore_index`` are allowed.
+        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
+        thresholds: only ``None`` (exact; binned thresholds are not implemented). Default ``None``.
+        num_classes: ``C``, required for multiclass. Default ``None``.
+        num_labels: ``L``, required for multilabel. Default ``None``.
+        average: ``"macro"`` (default), ``"weighted"`` (by the number of positives), ``"none"``/``None``, and for
+            multilabel ``"micro"``. Ignored for binary.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check that the targets lie in their range. Default ``True``.
+
+    Returns:
+        A tensor in the default dtype (float32), without gradient: 0-d, or ``(C,)``/``(L,)`` with
+        ``average="none"``. Without a positive target the value is 0 (binary, and a multilabel label) or NaN (a
+        multiclass class, left out of the ``macro`` and ``weighted`` means), with a ``UserWarning``, as
+        torchmetrics.
+
+    Raises:
+        ValueError: an unknown ``task`` or ``average``, a missing ``num_classes``/``num_labels``, ``thresholds``
+            given, integer ``preds``, mismatched shapes, or (with ``validate_args``) targets out of range.
+
+    Example:
+        >>> import torch
+        >>> average_precision(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]), task="binary")
+        tensor(0.8333)
+    """
+    args = (task, num_classes, num_labels, average, thresholds, ignore_index, validate_args)
+    return _curve("average_precision", preds, target, *args)
+
+
+def binary_auroc(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    max_fpr: Any = None,
+    thresholds: Any = None,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """:func:`auroc` with ``task="binary"``, in torchmetrics' argument order.
+
+    Args:
+        preds: floating scores ``(N, ...)``: probabilities, or logits (a sigmoid when some value lies outside
+            ``[0, 1]``).
+        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
+        max_fpr: only ``None``. Default ``None``.
+        thresholds: only ``None``. Default ``None``.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check the targets. Default ``True``.
+
+    Returns:
+        A 0-d tensor in the default dtype.
+
+    Raises:
+        ValueError: as :func:`auroc`.
+
+    Example:
+        >>> import torch
+        >>> binary_auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
+        tensor(0.7500)
+    """
+    return _curve("auroc", preds, target, "binary", None, None, None, thresholds, ignore_index, validate_args, max_fpr)
+
+
+def multiclass_auroc(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    num_classes: int,
+    average: str | None = "macro",
+    thresholds: Any = None,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """:func:`auroc` with ``task="multiclass"`` (each class against the rest), in torchmetrics' argument order.
+
+    Args:
+        preds: floating scores ``(N, C, ...)``: probabilities, or logits (a softmax over dim 1 when some value
+            lies outside ``[0, 1]``).
+        target: integer labels ``(N, ...)`` in ``[0, C)``.
+        num_classes: ``C``.
+        average: ``"macro"`` (default), ``"weighted"`` or ``"none"``/``None``.
+        thresholds: only ``None``. Default ``None``.
+        ignore_index: rows whose target equals it are left out. Default ``None``.
+        validate_args: check the targets. Default ``True``.
+
+    Returns:
+        A 0-d tensor in the default dtype, or ``(C,)`` with ``average="none"``.
+
+    Raises:
+        ValueError: as :func:`auroc`.
+
+    Example:
+        >>> import torch
+        >>> scores = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]])
+        >>> multiclass_auroc(scores, torch.tensor([0, 1, 2, 1]), num_classes=3)
+        tensor(0.9583)
+    """
+    args = (num_classes, None, average, thresholds, ignore_index, validate_args)
+    return _curve("auroc", preds, target, "multiclass", *args)
+
+
+def multilabel_auroc(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    num_labels: int,
+    average: str | None = "macro",
+    thresholds: Any = None,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """:func:`auroc` with ``task="multilabel"`` (one label at a time), in torchmetrics' argument order.
+
+    Args:
+        preds: floating scores ``(N, L, ...)``: probabilities, or logits (a sigmoid when some value lies outside
+            ``[0, 1]``).
+        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
+        num_labels: ``L``.
+        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
+        thresholds: only ``None``. Default ``None``.
+        ignore_index: target entries equal to it are left out (per label). Default ``None``.
+        validate_args: check the targets. Default ``True``.
+
+    Returns:
+        A 0-d tensor in the default dtype, or ``(L,)`` with ``average="none"``.
+
+    Raises:
+        ValueError: as :func:`auroc`.
+
+    Example:
+        >>> import torch
+        >>> scores = torch.tensor([[0.9, 0.2], [0.4, 0.7], [0.6, 0.1], [0.2, 0.8]])
+        >>> multilabel_auroc(scores, torch.tensor([[1, 0], [0, 1], [1, 0], [0, 0]]), num_labels=2, average="none")
+        tensor([1.0000, 0.6667])
+    """
+    args = (None, num_labels, average, thresholds, ignore_index, validate_args)
+    return _curve("auroc", preds, target, "multilabel", *args)
+
+
+def binary_average_precision(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    thresholds: Any = None,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """:func:`average_precision` with ``task="binary"``, in torchmetrics' argument order.
+
+    Args:
+        preds: floating scores ``(N, ...)``: probabilities, or logits (a sigmoid when some value lies outside
+            ``[0, 1]``).
+        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
+        thresholds: only ``None``. Default ``None``.
+        ignore_index: target entries equal to it are left out. Default ``None``.
+        validate_args: check the targets. Default ``True``.
+
+    Returns:
+        A 0-d tensor in the default dtype.
+
+    Raises:
+        ValueError: as :func:`average_precision`.
+
+    Example:
+        >>> import torch
+        >>> binary_average_precision(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
+        tensor(0.8333)
+    """
+    args = (None, None, None, thresholds, ignore_index, validate_args)
+    return _curve("average_precision", preds, target, "binary", *args)
+
+
+def multiclass_average_precision(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    num_classes: int,
+    average: str | None = "macro",
+    thresholds: Any = None,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """:func:`average_precision` with ``task="multiclass"`` (each class against the rest), in torchmetrics'
+    argument order.
+
+    Args:
+        preds: floating scores ``(N, C, ...)``: probabilities, or logits (a softmax over dim 1 when some value
+            lies outside ``[0, 1]``).
+        target: integer labels ``(N, ...)`` in ``[0, C)``.
+        num_classes: ``C``.
+        average: ``"macro"`` (default), ``"weighted"`` or ``"none"``/``None``.
+        thresholds: only ``None``. Default ``None``.
+        ignore_index: rows whose target equals it are left out. Default ``None``.
+        validate_args: check the targets. Default ``True``.
+
+    Returns:
+        A 0-d tensor in the default dtype, or ``(C,)`` with ``average="none"`` (NaN for a class without a
+        positive).
+
+    Raises:
+        ValueError: as :func:`average_precision`.
+
+    Example:
+        >>> import torch
+        >>> scores = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]])
+        >>> multiclass_average_precision(scores, torch.tensor([0, 1, 2, 1]), num_classes=3, average="none")
+        tensor([1.0000, 0.8333, 1.0000])
+    """
+    args = (num_classes, None, average, thresholds, ignore_index, validate_args)
+    return _curve("average_precision", preds, target, "multiclass", *args)
+
+
+def multilabel_average_precision(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    num_labels: int,
+    average: str | None = "macro",
+    thresholds: Any = None,
+    ignore_index: int | None = None,
+    validate_args: bool = True,
+) -> torch.Tensor:
+    """:func:`average_precision` with ``task="multilabel"`` (one label at a time), in torchmetrics' argument
+    order.
+
+    Args:
+        preds: floating scores ``(N, L, ...)``: probabilities, or logits (a sigmoid when some value lies outside
+            ``[0, 1]``).
+        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
+        num_labels: ``L``.
+        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
+        thresholds: only ``None``. Default ``None``.
+        ignore_index: target entries equal to it are left out (per label). Default ``None``.
+        validate_args: check the targets. Default ``True``.
+
+    Returns:
+        A 0-d tensor in the default dtype, or ``(L,)`` with ``average="none"``.
+
+    Raises:
+        ValueError: as :func:`average_precision`.
+
+    Example:
+        >>> import torch
+        >>> scores = torch.tensor([[0.9, 0.2], [0.4, 0.7], [0.6, 0.1], [0.2, 0.8]])
+        >>> multilabel_average_precision(scores, torch.tensor([[1, 0], [0, 1], [1, 0], [0, 0]]), num_labels=2)
+        tensor(0.7500)
+    """
+    args = (None, num_labels, average, thresholds, ignore_index, validate_args)
+    return _curve("average_precision", preds, target, "multilabel", *args)
