@@ -7,7 +7,8 @@ global-batch loss with the gradient contract (``strategy="replicated" | "sharded
 
 Inside, one job per module: ``_checks`` (validation, dtypes, counts, scales), ``_contrastive`` (CLIP, InfoNCE,
 SupCon, SigLIP: block and whole-batch forms), ``_normalized`` (weighted mean, token cross-entropy),
-``_barlow_twins``, ``_kernels`` (the fused autograd kernels, free of communication), ``_strategy`` (the strategies,
+``_barlow_twins``, ``_vicreg``, ``_dino`` (the teacher center's update), ``_moe`` (the Mixture-of-Experts router
+losses), ``_kernels`` (the fused autograd kernels, free of communication), ``_strategy`` (the strategies,
 their checks, the replicated and sharded runs), ``_ring`` (the ring kernels) and ``_global`` (the ``global_*``
 functions); the everyday metrics' maths in ``_classification`` (with ``_curves`` for AUROC and average precision and
 ``_classification_tasks`` for the task forms), ``_regression``, ``_retrieval`` and ``_text``.
