@@ -79,6 +79,17 @@ class WrapperMetric(Metric):
         """The members whose states :meth:`compute` needs synced. Default: all of them."""
         return self._members()
 
+    def _all_members(self) -> dict[str, Member]:
+        """Every key a member is known by: :meth:`_members` and the keys of the step and compute members (a
+        subclass may give the member a batch goes to a fixed key, so that the step sync keeps its plan)."""
+        return {**self._members(), **self._step_members(), **self._compute_members()}
+
+    def _unique_leaves(self) -> list[Metric]:
+        seen: dict[int, Metric] = {}
+        for leaf in self._leaves(self._all_members()).values():
+            seen.setdefault(id(leaf), leaf)
+        return list(seen.values())
+
     def _route(self, key: str, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
         """The arguments member ``key`` receives for a batch. Default: the batch unchanged."""
         return args, kwargs
@@ -119,10 +130,10 @@ class WrapperMetric(Metric):
         return {f"{key}.{name}": value for key, own in states.items() for name, value in own.items()}
 
     def _split(self, flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """``flat`` (names ``"<leaf key>.<state>"``) back per leaf, for the leaves of :meth:`_members`."""
+        """``flat`` (names ``"<leaf key>.<state>"``) back per leaf key (the keys of :meth:`_all_members`)."""
         owners = {
             f"{key}.{name}": (key, name)
-            for key, leaf in self._leaves(self._members()).items()
+            for key, leaf in self._leaves(self._all_members()).items()
             for name in leaf._sync_spec().reductions
         }
         out: dict[str, dict[str, Any]] = {}
@@ -137,13 +148,13 @@ class WrapperMetric(Metric):
         return self._flat({k: leaf.metric_state for k, leaf in self._leaves(self._compute_members()).items()})
 
     def _set_states(self, values: dict[str, Any]) -> None:
-        leaves = self._leaves(self._members())
+        leaves = self._leaves(self._all_members())
         for key, own in self._split(values).items():
             leaves[key]._set_states(own)
 
     def _sync_spec(self) -> SyncSpec:
         """One spec for every member's states (what a collection syncs the wrapper by)."""
-        leaves = self._leaves(self._members())
+        leaves = self._leaves(self._all_members())
         specs = {key: leaf._sync_spec() for key, leaf in leaves.items()}
         modes = {spec.grad_reduction for spec in specs.values()}
         if len(modes) > 1:
@@ -172,14 +183,14 @@ class WrapperMetric(Metric):
     # ------------------------------------------------------------------- epoch sync: one engine call
     @property
     def _is_synced(self) -> bool:
-        return any(leaf._is_synced for leaf in self._leaves(self._members()).values())
+        return any(leaf._is_synced for leaf in self._unique_leaves())
 
     def _joins_compute_sync(self) -> bool:
         leaves = self._leaves(self._compute_members())
         return bool(leaves) and all(leaf._joins_compute_sync() for leaf in leaves.values())
 
     def _hold_synced(self, local: dict[str, Any], synced: dict[str, Any]) -> None:
-        leaves = self._leaves(self._members())
+        leaves = self._leaves(self._all_members())
         mine = self._split(local)
         for key, own in self._split(synced).items():
             leaves[key]._hold_synced(mine[key], own)
@@ -254,7 +265,7 @@ class WrapperMetric(Metric):
         """
         if not should_unsync:
             return
-        synced = [leaf for leaf in self._leaves(self._members()).values() if leaf._is_synced]
+        synced = [leaf for leaf in self._unique_leaves() if leaf._is_synced]
         if not synced:
             raise TorchMetricsUserError(f"{type(self).__name__} is not synced; nothing to unsync")
         for leaf in synced:
@@ -293,7 +304,7 @@ class WrapperMetric(Metric):
 
     def _restore(self, snapshot: Any) -> None:
         states, count, extra = snapshot
-        leaves = self._leaves(self._members())
+        leaves = self._leaves(self._all_members())
         for key, saved in states.items():
             leaves[key]._restore(saved)
         self._update_count = count

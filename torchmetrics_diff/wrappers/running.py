@@ -74,7 +74,7 @@ class Running(WrapperMetric):
         return self._slots[self._num_vals_seen % self.window]  # type: ignore[return-value]
 
     def _step_members(self) -> dict[str, Member]:
-        return {str(self._num_vals_seen % self.window): self._current()}
+        return {"current": self._current()}  # one key whatever the slot: the step sync keeps its plan
 
     def _kwargs_target(self) -> Metric:
         return self.base_metric

@@ -116,8 +116,8 @@ class MetricTracker(WrapperMetric):
         return {k: m for k, m in self._modules.items() if k != "_base_metric"}  # type: ignore[misc]
 
     def _step_members(self) -> dict[str, Member]:
-        key = str(len(self._modules) - 1)
-        return {key: self._modules[key]} if self._increment_called else {}  # type: ignore[dict-item]
+        # one key whatever the epoch: the syncs of forward and compute keep their plan from epoch to epoch
+        return {"latest": self[-1]} if self._increment_called else {}
 
     _compute_members = _step_members
 
