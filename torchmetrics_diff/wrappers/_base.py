@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Union
+from typing import Any, Callable, Union, cast
 
 import torch
 
@@ -34,13 +34,14 @@ Member = Union[Metric, MetricCollection]
 
 
 class _WrapperStep(BatchStep):
-    """A wrapper's batch: each member's own step (``None`` for a collection, which runs its own ``forward``)."""
+    """A wrapper's batch: each member metric's own step, and the collections (which run their own ``forward``)."""
 
-    __slots__ = ("inner", "undo", "values")
+    __slots__ = ("collections", "inner", "undo", "values")
 
     def __init__(self, computed: Any) -> None:
         super().__init__({}, computed)
-        self.inner: dict[str, tuple[Member, BatchStep | None]] = {}
+        self.inner: dict[str, tuple[Metric, BatchStep]] = {}
+        self.collections: dict[str, MetricCollection] = {}
         self.values: dict[str, Any] = {}
         self.undo: Any = None
 
@@ -344,89 +345,70 @@ class WrapperMetric(Metric):
         self._add_count(1)
         step.undo = (self._extra_snapshot(), self._start_step())
         for key, member in self._step_members().items():
-            step.inner[key] = (member, None if isinstance(member, MetricCollection) else member._begin_batch())
+            if isinstance(member, MetricCollection):
+                step.collections[key] = member
+            else:
+                step.inner[key] = (member, member._begin_batch())
         self.__dict__["_current_step"] = step
         return step
 
     def _update_batch(self, step: BatchStep, args: tuple, kwargs: dict[str, Any], announce: bool = True) -> None:
-        assert isinstance(step, _WrapperStep)
+        step = cast("_WrapperStep", step)  # (made by _begin_batch)
         step.args, step.kwargs = args, kwargs
         try:
             for key, (member, own) in step.inner.items():
                 margs, mkwargs = self._route(key, args, kwargs)
-                if own is None:  # a collection: its own forward (and its own sync)
-                    step.values[key] = member(*margs, **mkwargs)
-                else:
-                    assert isinstance(member, Metric)
-                    member._update_batch(own, margs, mkwargs, announce=False)
+                member._update_batch(own, margs, mkwargs, announce=False)
+            for key, coll in step.collections.items():  # its own forward (and its own sync)
+                margs, mkwargs = self._route(key, args, kwargs)
+                step.values[key] = coll(*margs, **mkwargs)
         except Exception as err:
-            if announce and self._syncs_on_step():
-                leaves = self._engine_steps(step)
-                fail_sync(
-                    err,
-                    self._group(leaves),
-                    plan=self._plan("local"),
-                    owner=type(self).__name__,
-                    device=self._sync_spec().device,
-                )
+            engine = self._engine_steps(step)
+            if announce and engine:
+                device = self._sync_spec().device
+                fail_sync(err, self._group(engine), plan=self._plan("local"), owner=type(self).__name__, device=device)
             raise
-        step.batch = self._flat({k: self._batch_of(step, k) for k in self._engine_steps(step)})
-
-    @staticmethod
-    def _batch_of(step: _WrapperStep, key: str) -> dict[str, Any]:
-        own = step.inner[key][1]
-        assert own is not None and own.batch is not None
-        return own.batch
+        step.batch = self._flat({k: cast("dict[str, Any]", step.inner[k][1].batch) for k in self._engine_steps(step)})
 
     @staticmethod
     def _engine_steps(step: _WrapperStep) -> dict[str, Metric]:
         """The step members that sync their batch through the engine."""
-        return {
-            k: m for k, (m, own) in step.inner.items() if own is not None and isinstance(m, Metric) and m._syncs_on_step()
-        }
+        return {k: m for k, (m, _) in step.inner.items() if m._syncs_on_step()}
 
     def _sync_batch(self, step: BatchStep, synced: dict[str, Any] | None = None) -> None:
-        assert isinstance(step, _WrapperStep)
+        step = cast("_WrapperStep", step)
         for member, own in step.inner.values():  # members with a custom gather sync alone
-            if own is not None and isinstance(member, Metric) and member.dist_sync_fn is not None:
-                if member._syncs_on_step_eagerly():
-                    member._sync_batch(own)
+            if member.dist_sync_fn is not None and member._syncs_on_step_eagerly():
+                member._sync_batch(own)
         engine = self._engine_steps(step)
         if not engine:
             return
         if synced is None:
-            batch = step.batch or {}
-            group = self._group(engine)
-            synced = sync_metrics({"": self._sync_spec()}, {"": batch}, group, self._plan("local"), "local", "forward")[
-                ""
-            ]
-        for key, own in self._split(synced).items():
-            member, inner = step.inner[key]
-            assert isinstance(member, Metric) and inner is not None
-            member._sync_batch(inner, own)
+            specs, batch = {"": self._sync_spec()}, {"": step.batch or {}}
+            synced = sync_metrics(specs, batch, self._group(engine), self._plan("local"), "local", "forward")[""]
+        for key, states in self._split(synced).items():
+            member, own = step.inner[key]
+            member._sync_batch(own, states)
 
     def _batch_value(self) -> Any:
-        step = self.__dict__["_current_step"]
-        for key, (member, own) in step.inner.items():
-            if own is not None:
-                step.values[key] = member._batch_value()
+        step: _WrapperStep = self.__dict__["_current_step"]
+        for key, (member, _) in step.inner.items():
+            step.values[key] = member._batch_value()
         return self._step_value(dict(step.values))
 
     def _finish_batch(self, step: BatchStep, value: Any) -> Any:
-        assert isinstance(step, _WrapperStep)
+        step = cast("_WrapperStep", step)
         for key, (member, own) in step.inner.items():
-            if own is not None:
-                member._finish_batch(own, step.values[key])
+            member._finish_batch(own, step.values[key])
         self._end_step()
         self.__dict__["_current_step"] = None
         self.__dict__["_forward_cache"] = detach(value)
         return value
 
     def _abort_batch(self, step: BatchStep) -> None:
-        assert isinstance(step, _WrapperStep)
+        step = cast("_WrapperStep", step)
         for member, own in step.inner.values():
-            if own is not None:
-                member._abort_batch(own)
+            member._abort_batch(own)
         extra, undo = step.undo
         self._undo_step(undo)
         self._restore_extra(extra)
@@ -435,9 +417,7 @@ class WrapperMetric(Metric):
         self.__dict__["_current_step"] = None
 
     def _syncs_on_step(self) -> bool:
-        return any(
-            isinstance(m, Metric) and m._syncs_on_step() for m in self._step_members().values()
-        )
+        return any(isinstance(m, Metric) and m._syncs_on_step() for m in self._step_members().values())
 
     def _syncs_on_step_eagerly(self) -> bool:
         return self._syncs_on_step()
@@ -446,9 +426,7 @@ class WrapperMetric(Metric):
         return True  # a wrapper's forward runs eagerly under torch.compile (its members' protocol is host code)
 
     def _syncs_on_compute(self) -> bool:
-        return any(
-            leaf._syncs_on_compute() for leaf in self._leaves(self._compute_members()).values()
-        )
+        return any(leaf._syncs_on_compute() for leaf in self._leaves(self._compute_members()).values())
 
     def _same_update(self, other: Metric) -> bool:
         return False  # wrappers are never merged into a compute group

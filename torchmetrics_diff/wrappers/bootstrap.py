@@ -153,4 +153,4 @@ class BootStrapper(WrapperMetric):
         return self._stats([values[str(i)] for i in range(self.num_bootstraps)])
 
     def _compute_value(self) -> dict[str, torch.Tensor]:
-        return self._stats([m.compute() for m in self.metrics])
+        return self._stats([m.compute() for m in self._members().values()])

@@ -78,7 +78,7 @@ class MultitaskWrapper(WrapperMetric):
                 keys = sorted(given) if isinstance(given, dict) else type(given).__name__
                 raise ValueError(f"`{name}` must be a dict with the tasks {sorted(self.task_metrics)}; got {keys}")
 
-    def update(self, task_preds: dict[str, Any], task_targets: dict[str, Any]) -> None:  # type: ignore[override]
+    def update(self, task_preds: dict[str, Any], task_targets: dict[str, Any]) -> None:
         """Update every task's metric with its predictions and targets.
 
         Args:
@@ -91,7 +91,7 @@ class MultitaskWrapper(WrapperMetric):
         self._check_tasks(task_preds, task_targets)
         super().update(task_preds, task_targets)
 
-    def forward(self, task_preds: dict[str, Any], task_targets: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+    def forward(self, task_preds: dict[str, Any], task_targets: dict[str, Any]) -> dict[str, Any]:
         """Update every task's metric and return each task's value of the batch.
 
         Args:
@@ -111,7 +111,7 @@ class MultitaskWrapper(WrapperMetric):
         return {self._key(task): value for task, value in values.items()}
 
     def _compute_value(self) -> dict[str, Any]:
-        return {self._key(task): metric.compute() for task, metric in self.task_metrics.items()}
+        return {self._key(task): metric.compute() for task, metric in self._members().items()}
 
     def items(self, flatten: bool = True) -> Iterator[tuple[str, nn.Module]]:
         """``(key, metric)`` pairs; with ``flatten`` a collection's members as ``f"{prefix}{task}_{name}{postfix}"``.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from copy import deepcopy
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
@@ -101,8 +101,8 @@ class Running(WrapperMetric):
         merged = self.base_metric
         merged.reset()
         try:
-            for slot in self._slots:  # (a slot's states are every rank's when synced)
-                merged.merge_state(dict(slot.metric_state))  # type: ignore[operator]
+            for slot in self._members().values():  # (a slot's states are every rank's when synced)
+                merged.merge_state(dict(cast(Metric, slot).metric_state))
             return merged._batch_value()  # the merge's value, without a sync of its own
         finally:
             merged.reset()

@@ -5,10 +5,9 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from copy import deepcopy
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import torch
-from torch import nn
 
 from torchmetrics_diff.collections import MetricCollection
 from torchmetrics_diff.metric import Metric
@@ -81,10 +80,10 @@ class MetricTracker(WrapperMetric):
             raise ValueError(f"`maximize` must be a bool or a list of bools; got {maximize!r}")
         if isinstance(metric, Metric) and not isinstance(maximize, bool):
             raise ValueError(f"`maximize` must be a single bool for a single metric; got {maximize!r}")
-        if isinstance(maximize, list) and len(maximize) != len(list(metric.keys())):  # type: ignore[union-attr]
+        members = len(list(metric.keys())) if isinstance(metric, MetricCollection) else 1
+        if isinstance(maximize, list) and len(maximize) != members:
             raise ValueError(
-                f"`maximize` must have one entry per member of the collection ({len(list(metric.keys()))}); "  # type: ignore[union-attr]
-                f"got {len(maximize)}"
+                f"`maximize` must have one entry per member of the collection ({members}); got {len(maximize)}"
             )
         return maximize
 
@@ -92,10 +91,10 @@ class MetricTracker(WrapperMetric):
     def __len__(self) -> int:
         return len(self._modules)
 
-    def __iter__(self) -> Iterator[nn.Module]:  # type: ignore[override]
-        return iter(self._modules.values())
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._modules.values()))
 
-    def __getitem__(self, idx: int) -> Any:  # type: ignore[override]
+    def __getitem__(self, idx: int) -> Any:
         return list(self._modules.values())[idx]
 
     @property
@@ -176,7 +175,7 @@ class MetricTracker(WrapperMetric):
     def reset_all(self) -> None:
         """Reset every copy."""
         for metric in self:
-            metric.reset()
+            metric.reset()  # (a Metric or a MetricCollection)
 
     def compute_all(self) -> Any:
         """Every epoch's value, stacked on dim 0 (a dict of stacks for a dict value); every copy's states synced in
@@ -195,8 +194,8 @@ class MetricTracker(WrapperMetric):
             if isinstance(res[0], dict):
                 return {k: torch.stack([r[k] for r in res], dim=0) for k in res[0]}
             if isinstance(res[0], list):
-                return torch.stack([torch.stack(r, dim=0) for r in res], dim=0)
-            return torch.stack(res, dim=0)
+                return torch.stack([torch.stack(cast(list, r), dim=0) for r in res], dim=0)
+            return torch.stack(cast(list, res), dim=0)
         except (TypeError, RuntimeError):
             return res
 
@@ -224,11 +223,13 @@ class MetricTracker(WrapperMetric):
                 value, idx = (torch.max if self.maximize else torch.min)(res, 0)
                 return (value.item(), idx.item()) if return_step else value.item()
             except (ValueError, RuntimeError, TypeError) as err:
-                warnings.warn(f"MetricTracker.best_metric: no best value ({err}); returning None", UserWarning, stacklevel=2)
+                warnings.warn(
+                    f"MetricTracker.best_metric: no best value ({err}); returning None", UserWarning, stacklevel=2
+                )
                 return (None, None) if return_step else None
         maximize = self.maximize if isinstance(self.maximize, list) else [self.maximize] * len(res)
-        values: dict[str, float | None] = {}
-        steps: dict[str, int | None] = {}
+        values: dict[str, Any] = {}
+        steps: dict[str, Any] = {}
         for i, (key, v) in enumerate(res.items()):
             try:
                 best, idx = (torch.max if maximize[i] else torch.min)(v, 0)

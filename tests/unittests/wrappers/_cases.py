@@ -168,7 +168,9 @@ def multitask(lib: str, rank: int, world: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     w = _w(lib)
     metric = w.MultitaskWrapper({"cls": _binary_acc(lib), "reg": _mse(lib)}, prefix="val/")
-    stepped = w.MultitaskWrapper({"cls": _binary_acc(lib, dist_sync_on_step=True), "reg": _mse(lib, dist_sync_on_step=True)})
+    stepped = w.MultitaskWrapper(
+        {"cls": _binary_acc(lib, dist_sync_on_step=True), "reg": _mse(lib, dist_sync_on_step=True)}
+    )
     for step in range(STEPS):
         cls_batch, reg_batch = local_batch("binary", step, rank, world), local_batch("real", step, rank, world)
         preds, target = {"cls": cls_batch[0], "reg": reg_batch[0]}, {"cls": cls_batch[1], "reg": reg_batch[1]}
@@ -301,7 +303,7 @@ def side_by_side(rank: int, world: int, names: list[str] | None = None) -> list[
             continue
         try:
             ours = scenario("ours", rank, world)
-        except Exception as err:  # noqa: BLE001 - reported with the scenario's name
+        except Exception as err:  # reported with the scenario's name
             failures.append(f"W={world} rank {rank} {name}: ours raised {type(err).__name__}: {err}")
             continue
         theirs = scenario("tm", rank, world)

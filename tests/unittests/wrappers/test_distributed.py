@@ -74,7 +74,9 @@ def _counts(rank: int, world: int) -> dict[str, list[str]]:
 
     coll = MetricCollection(
         {
-            "classwise": ClasswiseWrapper(Accuracy(task="multiclass", num_classes=3, average=None, dist_sync_on_step=True)),
+            "classwise": ClasswiseWrapper(
+                Accuracy(task="multiclass", num_classes=3, average=None, dist_sync_on_step=True)
+            ),
             "minmax": MinMaxMetric(Accuracy(task="multiclass", num_classes=3, dist_sync_on_step=True)),
             "boot": BootStrapper(Accuracy(task="multiclass", num_classes=3, dist_sync_on_step=True), 4, generator=rank),
             "acc": Accuracy(task="multiclass", num_classes=3, dist_sync_on_step=True),
@@ -254,7 +256,8 @@ def test_values_at_three_ranks_equal_brute_force() -> None:
         # forward without dist_sync_on_step: the batch value is this rank's own (NaN-free: empty gives nan)
         checks.close(f"rank {rank} compute_all", got["compute_all"], torch.stack([mse([s]) for s in range(3)]))
         for step in range(3):
-            checks.close(f"rank {rank} running {step}", got[f"running {step}"], mse(list(range(max(0, step - 1), step + 1))))
-        values = torch.stack([mse([s]) for s in range(3)])
+            checks.close(
+                f"rank {rank} running {step}", got[f"running {step}"], mse(list(range(max(0, step - 1), step + 1)))
+            )
         checks.close(f"rank {rank} minmax compute", got["minmax compute"]["raw"], mse([0, 1, 2]))
     assert not checks.failures, "\n".join(checks.failures)
