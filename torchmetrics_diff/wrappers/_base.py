@@ -49,7 +49,7 @@ class _WrapperStep(BatchStep):
 class WrapperMetric(Metric):
     """Base class of the wrappers: inner metrics driven, synced and restored as one metric.
 
-    Subclasses register their members as submodules and implement :meth:`_members`; the defaults send every
+    Subclasses register their members as submodules and implement ``_members``; the defaults send every
     batch to every member unchanged and return the member's value when there is one member.
 
     Args:

@@ -6,7 +6,7 @@ from copy import deepcopy
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Generator, nn
 
 from torchmetrics_diff._tensors import map_tensors
 from torchmetrics_diff.metric import Metric
@@ -16,7 +16,7 @@ from torchmetrics_diff.wrappers.minmax import _check_metric
 _STRATEGIES = ("poisson", "multinomial")
 
 
-def bootstrap_indices(size: int, sampling_strategy: str, generator: torch.Generator | None = None) -> torch.Tensor:
+def _bootstrap_indices(size: int, sampling_strategy: str, generator: Generator | None = None) -> torch.Tensor:
     """Row indices of one bootstrap resample of ``size`` rows.
 
     Args:
@@ -33,8 +33,8 @@ def bootstrap_indices(size: int, sampling_strategy: str, generator: torch.Genera
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff.wrappers.bootstrap import bootstrap_indices
-        >>> bootstrap_indices(4, "multinomial", torch.Generator().manual_seed(0)).shape
+        >>> from torchmetrics_diff.wrappers.bootstrap import _bootstrap_indices
+        >>> _bootstrap_indices(4, "multinomial", torch.Generator().manual_seed(0)).shape
         torch.Size([4])
     """
     if sampling_strategy == "poisson":
@@ -62,7 +62,8 @@ class BootStrapper(WrapperMetric):
         std: return their standard deviation (Bessel-corrected). Default ``True``.
         quantile: return this quantile (a float in [0, 1] or a tensor of them) of the values. Default ``None``.
         raw: return every copy's value, stacked on dim 0. Default ``False``.
-        sampling_strategy: ``"poisson"`` (default) or ``"multinomial"`` (see :func:`bootstrap_indices`).
+        sampling_strategy: ``"poisson"`` (default: each row repeated a Poisson(1) number of times) or
+            ``"multinomial"`` (as many rows as the batch has, drawn with replacement).
         generator: the random generator of the resamples, or a seed for a new CPU one. Default ``None``: torch's
             global generator (then ``torch.manual_seed`` gives torchmetrics' samples).
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
@@ -94,7 +95,7 @@ class BootStrapper(WrapperMetric):
         quantile: float | torch.Tensor | None = None,
         raw: bool = False,
         sampling_strategy: str = "poisson",
-        generator: torch.Generator | int | None = None,
+        generator: Generator | int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -103,7 +104,7 @@ class BootStrapper(WrapperMetric):
             raise ValueError(f"`num_bootstraps` must be a positive int; got {num_bootstraps!r}")
         if sampling_strategy not in _STRATEGIES:
             raise ValueError(f"`sampling_strategy` must be one of {_STRATEGIES}; got {sampling_strategy!r}")
-        if generator is not None and not isinstance(generator, (torch.Generator, int)):
+        if generator is not None and not isinstance(generator, (Generator, int)):
             raise ValueError(f"`generator` must be a torch.Generator, an int seed or None; got {generator!r}")
         self.metrics = nn.ModuleList([deepcopy(base_metric) for _ in range(num_bootstraps)])
         self.num_bootstraps = num_bootstraps
@@ -124,7 +125,7 @@ class BootStrapper(WrapperMetric):
         sizes = [len(t) for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
         if not sizes:
             raise ValueError("BootStrapper.update needs a tensor argument to resample; got none")
-        idx = bootstrap_indices(sizes[0], self.sampling_strategy, self.generator)
+        idx = _bootstrap_indices(sizes[0], self.sampling_strategy, self.generator)
         # as torchmetrics, update() skips a copy whose resample is empty; forward() still passes the empty
         # resample (every copy takes part in the batch's sync, on every rank)
         if idx.numel() == 0 and self.__dict__.get("_current_step") is None:

@@ -113,7 +113,7 @@ class MultitaskWrapper(WrapperMetric):
     def _compute_value(self) -> dict[str, Any]:
         return {self._key(task): metric.compute() for task, metric in self._members().items()}
 
-    def items(self, flatten: bool = True) -> Iterator[tuple[str, nn.Module]]:
+    def items(self, flatten: bool = True) -> Iterator[tuple[str, Any]]:
         """``(key, metric)`` pairs; with ``flatten`` a collection's members as ``f"{prefix}{task}_{name}{postfix}"``.
 
         Args:
@@ -135,7 +135,7 @@ class MultitaskWrapper(WrapperMetric):
         for key, _ in self.items(flatten):
             yield key
 
-    def values(self, flatten: bool = True) -> Iterator[nn.Module]:
+    def values(self, flatten: bool = True) -> Iterator[Any]:
         """The metrics of :meth:`items`.
 
         Args:
