@@ -282,6 +282,15 @@ class WrapperMetric(Metric):
         """
         if self._is_synced:
             raise self._synced_error("update")
+        if len(self._step_members()) == 1 and type(self)._start_step is WrapperMetric._start_step:
+            # one member, whose own update is all or nothing, and nothing of the wrapper's to put back but the count
+            count = self._update_count
+            try:
+                self._run_update(args, kwargs)
+            except BaseException:
+                self._update_count = count
+                raise
+            return
         snapshot = self._snapshot()
         try:
             self._run_update(args, kwargs)

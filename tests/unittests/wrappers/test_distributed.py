@@ -261,3 +261,64 @@ def test_values_at_three_ranks_equal_brute_force() -> None:
             )
         checks.close(f"rank {rank} minmax compute", got["minmax compute"]["raw"], mse([0, 1, 2]))
     assert not checks.failures, "\n".join(checks.failures)
+
+
+# ------------------------------------------------------------------------------------------ failures
+def _failing_forward(rank: int, world: int) -> dict[str, Any]:
+    """Rank 1 feeds a batch whose shapes disagree inside the forward of wrappers syncing on step."""
+    preds, target = local_batch("real, no empty rank", 0, rank, world)
+    out: dict[str, Any] = {}
+    wrappers = {
+        "BootStrapper": BootStrapper(_mse(dist_sync_on_step=True), num_bootstraps=3, generator=0),
+        "MultitaskWrapper": MultitaskWrapper({"a": _mse(dist_sync_on_step=True), "b": _mse(dist_sync_on_step=True)}),
+        "Running": Running(_mse(dist_sync_on_step=True), window=2),
+    }
+
+    def call(name: str, w: Any, p: torch.Tensor, t: torch.Tensor) -> Any:
+        return w({"a": p, "b": p}, {"a": t, "b": t}) if name == "MultitaskWrapper" else w(p, t)
+
+    for name, w in wrappers.items():
+        call(name, w, preds, target)
+        before = w.compute()
+        bad = target[:-1] if rank == 1 else target
+        try:
+            call(name, w, preds, bad)
+            out[f"{name} raised"] = None
+        except Exception as err:
+            out[f"{name} raised"] = type(err).__name__
+        out[f"{name} unchanged"] = bool(
+            all(torch.equal(a, b) for a, b in zip(_leaves(w.compute()), _leaves(before))) and w.update_count == 1
+        )
+        call(name, w, preds, target)  # and the next call works
+        out[f"{name} count after"] = w.update_count
+    try:
+        BootStrapper(_mse(), sampling_strategy="bayesian")
+    except ValueError as err:
+        out["bad strategy message"] = str(err)
+    return out
+
+
+def _leaves(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _leaves(v)]
+    return [value]
+
+
+def test_a_failing_forward_raises_on_every_rank_and_changes_nothing() -> None:
+    """A bad batch on rank 1 only: every rank raises (rank 1 its own error, rank 0 a ``RuntimeError`` naming rank
+    1) instead of waiting; both keep their states and count; the next call works. A bad argument's message names
+    it, what was expected and what came."""
+    results = run_distributed(_failing_forward, 2, timeout=120)
+    problems = []
+    for rank, res in enumerate(results):
+        for name in ("BootStrapper", "MultitaskWrapper", "Running"):
+            if res[f"{name} raised"] is None:
+                problems.append(f"rank {rank} {name}: did not raise")
+            if not res[f"{name} unchanged"]:
+                problems.append(f"rank {rank} {name}: states or count changed by the failed call")
+            if res[f"{name} count after"] != 2:
+                problems.append(f"rank {rank} {name}: update_count {res[f'{name} count after']} after the next call")
+        message = res["bad strategy message"]
+        if not all(word in message for word in ("sampling_strategy", "poisson", "bayesian")):
+            problems.append(f"rank {rank}: message {message!r}")
+    assert not problems, "\n".join(problems)
