@@ -122,9 +122,14 @@ class BootStrapper(WrapperMetric):
         return self.metrics[0]  # type: ignore[return-value]  # (a copy of a Metric)
 
     def _route(self, key: str, args: tuple, kwargs: dict[str, Any]) -> Any:
-        sizes = [len(t) for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+        sizes = [t.shape[0] for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.ndim > 0]
         if not sizes:
-            raise ValueError("BootStrapper.update needs a tensor argument to resample; got none")
+            raise ValueError("BootStrapper.update needs a tensor argument with rows (dim 0) to resample; got none")
+        if len(set(sizes)) > 1:
+            raise ValueError(
+                f"BootStrapper resamples the rows (dim 0) of every tensor argument together: they must have the same "
+                f"number of rows; got {sizes}"
+            )
         idx = _bootstrap_indices(sizes[0], self.sampling_strategy, self.generator)
         # as torchmetrics, update() skips a copy whose resample is empty; forward() still passes the empty
         # resample (every copy takes part in the batch's sync, on every rank)

@@ -57,6 +57,10 @@ class MetricTracker(WrapperMetric):
         self._base_metric = metric
         self.maximize = self._maximize(metric, maximize)
         self._increment_called = False
+        # epoch key -> (its update counts, its value): a finished epoch's value, reused by compute_all while the
+        # counts are unchanged, so that a compute_all after each increment syncs the latest epoch only (under a
+        # fixed name: the steady state) instead of a growing set of epochs (a new sync layout every epoch)
+        self._values: dict[str, tuple[Any, Any]] = {}
 
     @staticmethod
     def _maximize(metric: Metric | MetricCollection, maximize: bool | list[bool] | None) -> bool | list[bool]:
@@ -158,7 +162,9 @@ class MetricTracker(WrapperMetric):
             ValueError: before the first :meth:`increment`.
         """
         self._check("compute")
-        return super().compute()
+        value = super().compute()
+        self._values[str(len(self._modules) - 1)] = (_counts(self[-1]), value)
+        return value
 
     def _step_value(self, values: dict[str, Any]) -> Any:
         return next(iter(values.values()))
@@ -174,12 +180,17 @@ class MetricTracker(WrapperMetric):
 
     def reset_all(self) -> None:
         """Reset every copy."""
+        self._values = {}
         for metric in self:
             metric.reset()  # (a Metric or a MetricCollection)
 
     def compute_all(self) -> Any:
-        """Every epoch's value, stacked on dim 0 (a dict of stacks for a dict value); every copy's states synced in
-        one collective first.
+        """Every epoch's value, stacked on dim 0 (a dict of stacks for a dict value), from one collective.
+
+        An earlier epoch's value, once computed, is kept while its metric's update count stays the same: usually
+        only the latest epoch is synced. The epochs without a kept value are synced together with it, in the same
+        collective. (Every rank must then hold the same kept epochs: update an earlier epoch's metric on every
+        rank or on none.)
 
         Returns:
             A tensor of shape ``(n_steps, ...)``, a dict of them, or a list of values that cannot be stacked.
@@ -188,14 +199,25 @@ class MetricTracker(WrapperMetric):
             ValueError: before the first :meth:`increment`.
         """
         self._check("compute_all")
-        with self._synced_members(self._leaves(self._members())):
-            res = [metric.compute() for metric in self._members().values()]
+        members = self._members()
+        latest = str(len(self._modules) - 1)
+        kept = {k: v for k, (counts, v) in self._values.items() if k in members and counts == _counts(members[k])}
+        stale = {k: m for k, m in members.items() if k != latest and k not in kept}
+        if stale:
+            stale[latest] = members[latest]
+            with self._synced_members(self._leaves(stale)):
+                for key, metric in stale.items():
+                    kept[key] = metric.compute()
+                    self._values[key] = (_counts(metric), kept[key])
+        else:
+            kept[latest] = self.compute()
+        res = [kept[key] for key in members]
         try:
             if isinstance(res[0], dict):
                 return {k: torch.stack([r[k] for r in res], dim=0) for k in res[0]}
             if isinstance(res[0], list):
                 return torch.stack([torch.stack(cast(list, r), dim=0) for r in res], dim=0)
-            return torch.stack(cast(list, res), dim=0)
+            return torch.stack(res, dim=0)
         except (TypeError, RuntimeError):
             return res
 
@@ -242,3 +264,10 @@ class MetricTracker(WrapperMetric):
                 )
                 values[key], steps[key] = None, None
         return (values, steps) if return_step else values
+
+
+def _counts(metric: Any) -> Any:
+    """A metric's update count (a collection's: its members'), to tell whether a kept value is still its value."""
+    if isinstance(metric, MetricCollection):
+        return tuple(m.update_count for m in metric.values())
+    return metric.update_count
