@@ -1,4 +1,5 @@
-"""Lightning and Fabric, for real: 2 CPU ranks under DDP log our loss, a MeanMetric and a MetricCollection.
+"""Lightning and Fabric, for real: 2 CPU ranks under DDP log our loss, a MeanMetric and a MetricCollection (and,
+under the Trainer, a RunningMean wrapper).
 
 Each run is a script (Lightning and Fabric re-launch their own script for rank 1, so they cannot run inside
 pytest's process); the test runs it in a new session with a timeout that kills every process, then compares
