@@ -1,6 +1,6 @@
 """Our wrappers side by side with torchmetrics 1.9's, on the same inner metric and data: values of ``forward``
 and ``compute`` over several steps, ``reset``, ``state_dict`` keys, the behaviour under a ``MetricCollection``, in
-one process and on two gloo ranks with uneven batches (a rank empty in one step).
+one process and on two and three gloo ranks with uneven batches (a rank empty in one step).
 
 Package modules covered: ``wrappers`` (every wrapper) against torchmetrics' ``wrappers`` and its ``RunningMean``
 / ``RunningSum``.
@@ -22,8 +22,10 @@ def test_one_process_matches_torchmetrics(name: str) -> None:
     assert not failures, "\n".join(failures)
 
 
-def test_two_ranks_match_torchmetrics() -> None:
-    """Every scenario on two gloo ranks: torchmetrics' wrapper around torchmetrics' metric is the reference."""
-    results = run_distributed(side_by_side, 2, timeout=150)
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_match_torchmetrics(world_size: int) -> None:
+    """Every scenario on two and three gloo ranks: torchmetrics' wrapper around torchmetrics' metric is the
+    reference."""
+    results = run_distributed(side_by_side, world_size, timeout=150)
     failures = [f for res in results for f in res]
     assert not failures, "\n".join(failures)
