@@ -229,7 +229,9 @@ def _values(rank: int, world: int) -> dict[str, Any]:
     tracker = MetricTracker(_mse())
     running = Running(_mse(), window=2)
     minmax = MinMaxMetric(_mse())
+    classwise = ClasswiseWrapper(Accuracy(task="multiclass", num_classes=3, average=None))
     for step in range(3):
+        classwise.update(*local_batch("multiclass (empty rank)", step, rank, world))
         batch = local_batch("real", step, rank, world)
         tracker.increment()
         tracker.update(*batch)
@@ -238,12 +240,13 @@ def _values(rank: int, world: int) -> dict[str, Any]:
         out[f"running {step}"] = running.compute()
     out["compute_all"] = tracker.compute_all()
     out["minmax compute"] = minmax.compute()
+    out["classwise"] = classwise.compute()
     return out
 
 
 def test_values_at_three_ranks_equal_brute_force() -> None:
-    """Tracker, window and bounds over 3 steps on 3 ranks (uneven, a rank empty): brute force on the
-    concatenated batches (float64 sums and means written out here)."""
+    """Tracker, window, bounds and per-class accuracy over 3 steps on 3 ranks (uneven, a rank empty): brute force
+    on the concatenated batches (float64 means and per-class hit rates written out here)."""
     world = 3
     results = run_distributed(_values, world, timeout=120)
 
@@ -260,6 +263,13 @@ def test_values_at_three_ranks_equal_brute_force() -> None:
                 f"rank {rank} running {step}", got[f"running {step}"], mse(list(range(max(0, step - 1), step + 1)))
             )
         checks.close(f"rank {rank} minmax compute", got["minmax compute"]["raw"], mse([0, 1, 2]))
+        preds, target = (
+            torch.cat(t) for t in zip(*(global_batch("multiclass (empty rank)", s, world) for s in range(3)))
+        )
+        for c in range(3):
+            hits = (preds[target == c] == c).double()
+            want = hits.mean() if len(hits) else torch.tensor(0.0, dtype=F64)
+            checks.close(f"rank {rank} classwise {c}", got["classwise"][f"accuracy_{c}"].double(), want, rtol=1e-6)
     assert not checks.failures, "\n".join(checks.failures)
 
 
