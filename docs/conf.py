@@ -50,6 +50,7 @@ autodoc_default_options = {"show-inheritance": True}
 autodoc_type_aliases = {
     "NanStrategy": "torchmetrics_diff.aggregation.NanStrategy",
     "Group": "torch.distributed.ProcessGroup",
+    "Generator": "torch.Generator",
 }
 
 

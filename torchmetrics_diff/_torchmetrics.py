@@ -24,8 +24,8 @@ from torch.nn.modules.module import register_module_module_registration_hook
 REFUSED = {
     "torchmetrics.wrappers.running.Running": (
         "it rebuilds the window through torchmetrics' private `_reduce_states` and keeps references to list "
-        "states that our reset() empties in place. Wrap the torchmetrics metric of the same name in Running, or "
-        "keep one of our metrics per batch for the last `window` batches and merge them with merge_state()"
+        "states that our reset() empties in place. Use torchmetrics_diff.wrappers.Running (the same window, its "
+        "states synced in one collective), or wrap the torchmetrics metric of the same name in torchmetrics' Running"
     ),
     "torchmetrics.wrappers.feature_share.FeatureShare": (
         "it shares the `feature_network` of image metrics, which our metrics do not have. Use "

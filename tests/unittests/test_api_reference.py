@@ -30,6 +30,7 @@ PUBLIC_MODULES = (
     "torchmetrics_diff.distributed",
     "torchmetrics_diff.integrations.lightning",
     "torchmetrics_diff.integrations.accelerate",
+    "torchmetrics_diff.wrappers",
 )
 
 _BUILD = """

@@ -8,7 +8,8 @@
   a private *name* (``from torchmetrics_diff.metric import _detach`` into ``losses/``) is not, except for the
   commented entries of :data:`PRIVATE_ALLOWED`.
 - Arrows point down: ``distributed`` imports nothing else of the package, ``functional`` imports only
-  ``distributed`` (and itself), and nothing imports ``integrations``.
+  ``distributed`` (and itself), only ``integrations`` imports ``wrappers``, and nothing imports
+  ``integrations``.
 - No file of the package, the docs, the tests or the benchmarks cites a design file's sections or a tracker
   number: the design lives in ``docs/guide/architecture.rst``, linked by section.
 
@@ -35,6 +36,9 @@ LAYERS = {
     f"{PACKAGE}.functional": {f"{PACKAGE}.distributed"},
 }
 NOT_IMPORTED = f"{PACKAGE}.integrations"
+#: the wrappers sit above the metrics and collections and below the integrations: only these import them
+WRAPPERS = f"{PACKAGE}.wrappers"
+WRAPPERS_IMPORTED_BY = {WRAPPERS, NOT_IMPORTED}
 
 #: searched by the wording test; generated folders are skipped
 WORDING_DIRS = (PACKAGE, "docs", "tests", "benchmarks")
@@ -212,6 +216,8 @@ def test_arrows_point_down() -> None:
             found.append(f"{_where(imp, modules)}: {imp.importer} imports {imp.target} ({layer} may import {may})")
         if target == NOT_IMPORTED:
             found.append(f"{_where(imp, modules)}: {imp.importer} imports {imp.target} (nothing may import it)")
+        if target == WRAPPERS and layer not in WRAPPERS_IMPORTED_BY:
+            found.append(f"{_where(imp, modules)}: {imp.importer} imports {imp.target} (only integrations may)")
     assert not found, f"{len(found)} import(s) against the layers:\n" + "\n".join(found)
 
 

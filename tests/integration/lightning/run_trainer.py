@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from tests._helpers import lightning_runs as C
 from torchmetrics_diff import MaxMetric, MeanMetric, MetricCollection, SumMetric
 from torchmetrics_diff.losses import CLIPLoss
+from torchmetrics_diff.wrappers import RunningMean
 
 
 class Steps(Dataset):
@@ -49,6 +50,7 @@ class TwoTower(L.LightningModule):
         self.stats = MetricCollection(
             {"sum": SumMetric(dist_sync_on_step=True), "max": MaxMetric(dist_sync_on_step=True)}, prefix="train/"
         )
+        self.running = RunningMean(window=C.STEPS, dist_sync_on_step=True)  # a wrapper, logged like a metric
         self.resets = 0
 
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
@@ -59,6 +61,8 @@ class TwoTower(L.LightningModule):
         self.log("mean", self.mean, on_step=True, on_epoch=True)
         self.stats(values)
         self.log_dict(self.stats, on_step=True, on_epoch=True)
+        self.running(values)
+        self.log("running", self.running, on_step=True, on_epoch=True)
         return loss
 
     def on_train_epoch_start(self) -> None:

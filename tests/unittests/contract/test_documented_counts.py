@@ -319,6 +319,8 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
     for layers in (1, 3):
         contrastive(f"LoadBalancingLoss L={layers}", LoadBalancingLoss(4, 2), lambda layers=layers: router(layers))
     contrastive("RouterZLoss", RouterZLoss(), lambda: (grad(torch.randn(3, 5, 4, generator=g)),))
+    if world == 2:
+        _wrapper_situations(rank, g, count)
 
     # --- torchmetrics, for the pages' comparison
     import torchmetrics
@@ -331,6 +333,53 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
         tm.update(torch.rand(5, generator=g))
         count(f"torchmetrics {name} sync", tm.compute)
     return calls
+
+
+def _wrapper_situations(rank: int, g: torch.Generator, count: Callable[[str, Callable[[], Any]], Any]) -> None:
+    """The wrappers as docs/metrics/wrappers.rst describes them: three calls of each, the third the steady one."""
+    from torchmetrics_diff import Accuracy, MeanMetric, MeanSquaredError, MetricCollection
+    from torchmetrics_diff.wrappers import BootStrapper, ClasswiseWrapper, MetricTracker, MinMaxMetric, Running
+
+    def mse(**kw: Any) -> Any:
+        return MeanSquaredError(**kw).set_dtype(torch.float64)
+
+    def pair() -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(4 + rank, generator=g, dtype=torch.float64), torch.randn(4 + rank, generator=g)
+
+    boot = BootStrapper(mse(dist_sync_on_step=True), num_bootstraps=8, generator=rank)
+    tracker = MetricTracker(mse())
+    running = Running(MeanMetric(dist_sync_on_step=True), window=4)
+    acc = {"task": "multiclass", "num_classes": 3, "dist_sync_on_step": True}
+    coll = MetricCollection(
+        {
+            "classwise": ClasswiseWrapper(Accuracy(average=None, **acc)),
+            "minmax": MinMaxMetric(Accuracy(**acc)),
+            "boot": BootStrapper(Accuracy(**acc), num_bootstraps=4, generator=rank),
+            "acc": Accuracy(**acc),
+        }
+    )
+    for i in range(1, 4):
+        tracker.increment()
+        for metric in (boot, tracker):
+            metric.update(*pair())
+        running.update(pair()[0])
+        count(f"BootStrapper(8 copies) sync {i}", boot.compute)
+        count(f"MetricTracker(epoch {i}) compute_all {i}", tracker.compute_all)
+        count(f"Running(window 4) sync {i}", running.compute)
+        count(f"BootStrapper(8 copies) forward {i}", lambda: boot(*pair()))
+        batch = torch.randint(0, 3, (5,), generator=g), torch.randint(0, 3, (5,), generator=g)
+        count(f"collection of wrappers forward {i}", lambda b=batch: coll(*b))
+        count(f"collection of wrappers sync {i}", coll.compute)
+
+
+_WRAPPERS = {
+    "BootStrapper(8 copies) sync 3": 1,
+    "MetricTracker(epoch 3) compute_all 3": 1,
+    "Running(window 4) sync 3": 1,
+    "BootStrapper(8 copies) forward 3": 1,
+    "collection of wrappers forward 3": 1,
+    "collection of wrappers sync 3": 1,
+}
 
 
 # ---------------------------------------------------------------------------------------------------- claims
@@ -835,6 +884,35 @@ CLAIMS: list[Claim] = [
         "docs/guide/decisions.rst",
         "they stay ``sum`` states (one collective for a whole collection)",
         {"classification collection sync 3": 1},
+    # ------------------------------------------------------------------------------------ wrappers
+    Claim(
+        "docs/metrics/wrappers.rst",
+        "holding wrappers and metrics sync in **one collective** in the steady state (once the ranks agreed on the "
+        "states' layout; a CPU row larger than the call header's largest inline area, 128 KiB, or states on a GPU, "
+        "take one more, as for any metric",
+        {**_WRAPPERS, **_LARGE_ROW, **_HUGE_ROW},
+    ),
+    Claim(
+        "docs/metrics/wrappers.rst",
+        "are synced together, in one collective, between their ``update`` and their value",
+        {"BootStrapper(8 copies) forward 3": 1, "collection of wrappers forward 3": 1},
+    ),
+    Claim(
+        "docs/metrics/wrappers.rst",
+        "and a collection of three wrappers and a metric each sync in one collective per call",
+        _WRAPPERS,
+    ),
+    Claim("docs/guide/decisions.rst", "All inner states sync in one collective", _WRAPPERS),
+    Claim(
+        "docs/guide/decisions.rst",
+        "all synced in the one collective, then merged",
+        {"Running(window 4) sync 3": 1},
+    ),
+    Claim(
+        "docs/guide/decisions.rst",
+        "its members join the wrapper's one collective; its ``forward`` runs as the collection's own (one collective "
+        "for the collection)",
+        {"collection of wrappers sync 3": 1, "collection of 4 metrics sync 3": 1},
     ),
 ]
 
