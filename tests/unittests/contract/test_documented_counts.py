@@ -884,6 +884,7 @@ CLAIMS: list[Claim] = [
         "docs/guide/decisions.rst",
         "they stay ``sum`` states (one collective for a whole collection)",
         {"classification collection sync 3": 1},
+    ),
     # ------------------------------------------------------------------------------------ wrappers
     Claim(
         "docs/metrics/wrappers.rst",
