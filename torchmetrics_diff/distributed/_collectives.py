@@ -102,7 +102,7 @@ def _exchange_metadata(
     raises its own error after the exchange; the others raise a ``RuntimeError`` naming it. Disagreements raise
     the same ``RuntimeError`` on every rank.
 
-    ``inline``: this rank's data as bytes and the group's inline area (:func:`._call.inline_capacity`), which the
+    ``inline``: this rank's tensor and the group's inline area (:func:`._call.inline_capacity`), which the tensor's
     bytes fit: they are written into the exchange's inline area, and every rank's are then in the table of
     :func:`._call.inline_buffers` of that size.
     """
@@ -121,9 +121,9 @@ def _exchange_metadata(
     want = 0
     if inline is not None:
         data, capacity = inline
-        want = data.numel()
+        want = data.numel() * data.element_size()
         send, _ = inline_buffers(world, capacity)
-        send[:want].copy_(data)
+        send[:want].view(data.dtype).view(data.shape).copy_(data)  # (any strides; the area is 8-byte aligned)
     rows = exchange(fn, payload, group, world, failed=problem is not None, labels=labels, want=want)
     if problem is not None:
         raise problem
@@ -143,14 +143,14 @@ def _exchange_metadata(
 
 
 def _inline_bytes(tensor: torch.Tensor, group: Group) -> tuple[torch.Tensor, int] | None:
-    """``tensor``'s bytes and the group's inline area when they ride in the call's header exchange: a CPU tensor
-    of a real, non-boolean dtype that fits; else ``None`` (the data then moves in a collective of its own)."""
+    """``tensor`` (detached) and the group's inline area when it rides in the call's header exchange: a CPU tensor
+    of a real, non-boolean dtype whose bytes fit; else ``None`` (the data then moves in a collective of its own)."""
     if tensor.device.type != "cpu" or tensor.dtype == torch.bool or tensor.is_complex():
         return None
     capacity = inline_capacity(group)
     if tensor.numel() * tensor.element_size() > capacity:
         return None
-    return tensor.detach().contiguous().view(-1).view(torch.uint8), capacity
+    return tensor.detach(), capacity
 
 
 def _check_agree(fn: str, peers: list[_Peer], labels: list[str], what: str, key: Callable[[_Peer], Any]) -> None:
@@ -353,7 +353,7 @@ def _reduce_across(
     wants = any(p.requires_grad for p in peers)  # min/max tie counting is a collective: decide globally
     if inline is not None:  # every rank's tensor came with the header: each rank reduces the rows itself
         _, table = inline_buffers(world, inline[1])
-        rows = table[:, : inline[0].numel()].view(tensor.dtype).view(world, *tensor.shape)
+        rows = table[:, : tensor.numel() * tensor.element_size()].view(tensor.dtype).view(world, *tensor.shape)
         track = wants and grad != "none" and _wants_grad(tensor, grad)
         return ReduceRows.apply(tensor if track else tensor.detach(), rows, op, group, world, grad)
     if wants and grad != "none" and (tensor.is_floating_point() or tensor.is_complex()):
