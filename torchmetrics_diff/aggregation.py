@@ -120,16 +120,15 @@ class BaseAggregator(Metric):
         return ~nans
 
     def _count_kept(self, seen: int, kept: torch.Tensor) -> None:
-        """Note that ``kept`` of ``seen`` values were not NaN, for :meth:`_warn_nans` (nothing is read: the device
-        count joins a list, summed every 256 entries, so a step pays no kernel for it)."""
+        """Note that ``kept`` of ``seen`` values were not NaN, for :meth:`_warn_nans` (on the device: nothing is
+        read)."""
         state = self.__dict__
         pending = state.get("_nans_seen")
         if pending is None:
-            state["_nans_seen"] = pending = [0, []]
-        pending[0] += seen
-        pending[1].append(kept)
-        if len(pending[1]) >= 256:
-            pending[1] = [torch.stack(pending[1]).sum()]
+            state["_nans_seen"] = [seen, kept.clone()]
+        else:
+            pending[0] += seen
+            pending[1].add_(kept)
 
     def _nan_free_total(self, value: torch.Tensor, counted: bool) -> tuple[torch.Tensor, Any] | None:
         """Eager ``"warn"``/``"ignore"`` of a real tensor: ``(sum of its non-NaN values, how many are not NaN or
@@ -154,7 +153,7 @@ class BaseAggregator(Metric):
         if compiling() or state.get("_nans_seen") is None or state.get("_in_batch_value"):
             return
         seen, kept = state.pop("_nans_seen")
-        count = seen - int(sum(kept))
+        count = seen - int(kept)
         if count:
             where = "`value` or `weight`" if isinstance(self, MeanMetric) else "`value`"
             warnings.warn(

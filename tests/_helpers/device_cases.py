@@ -29,6 +29,7 @@ from tests._helpers.checks import Checks, tensor_devices
 from tests._helpers.loss_cases import (
     KINDS,
     MOE_KINDS,
+    SSL_KINDS,
     STRATEGY_KINDS,
     Net,
     criterion_call,
@@ -46,7 +47,7 @@ LOSS_CASES: list[tuple[str, str | None]] = [
     (kind, strategy)
     for kind in KINDS
     for strategy in (("replicated", "sharded", "ring") if kind in STRATEGY_KINDS else (None,))
-] + [(kind, None) for kind in MOE_KINDS]
+] + [(kind, None) for kind in (*MOE_KINDS, *SSL_KINDS)]
 LOSS_TOL = (1e-9, 1e-11)  # float64 throughout: only the order of operations differs
 METRIC_TOL = (1e-5, 1e-6)  # some states are float32
 CLASSES, K_TOP = 3, (1, 3)

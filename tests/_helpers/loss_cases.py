@@ -19,6 +19,7 @@ from tests._helpers.references import (
     ref_siglip,
     ref_supcon,
     ref_token_ce,
+    ref_vicreg,
     ref_weighted_mean,
 )
 from tests._helpers.seeds import F64, generator
@@ -32,6 +33,7 @@ from torchmetrics_diff.losses import (
     SigLIPLoss,
     SupConLoss,
     TokenCrossEntropyLoss,
+    VICRegLoss,
 )
 
 D_IN, D_EMB, SEQ, N_CLASSES, N_LABELS = 5, 4, 3, 6, 3
@@ -44,6 +46,8 @@ STRATEGY_KINDS = ("clip", "infonce", "supcon", "supcon_mv", "siglip")
 #: the Mixture-of-Experts router losses (N_CLASSES experts, top-2, a padding mask); not in KINDS: their own tests
 #: are tests/unittests/losses/test_moe.py, these serve the device checks
 MOE_KINDS = ("moe_balance", "moe_z")
+#: VICReg (two views, as Barlow Twins); not in KINDS either: its own tests are tests/unittests/losses/test_vicreg.py
+SSL_KINDS = ("vicreg",)
 #: names of the parameters used inside the loss itself (not by an encoder)
 LOSS_PARAMS = ("log_logit_scale", "logit_bias")
 
@@ -62,7 +66,7 @@ class Net(nn.Module):
         self.kind = kind
         with torch.random.fork_rng(devices=[]):  # nn.Linear's default init draws from the global RNG
             self.enc_a = nn.Linear(D_IN, N_CLASSES if kind in ("tokence", *MOE_KINDS) else D_EMB, dtype=F64)
-            if kind in ("clip", "siglip", "infonce", "barlow"):
+            if kind in ("clip", "siglip", "infonce", "barlow", "vicreg"):
                 self.enc_b = nn.Linear(D_IN, D_EMB, dtype=F64)
         if kind in ("clip", "siglip"):
             self.log_logit_scale = nn.Parameter(torch.tensor(math.log(5.0), dtype=F64))
@@ -81,7 +85,7 @@ class Net(nn.Module):
             txt = F.normalize(self.enc_b(inputs[1]), dim=-1)
             out = (img, txt, self.log_logit_scale.exp())
             return (*out, self.logit_bias) if kind == "siglip" else out
-        if kind in ("infonce", "barlow"):
+        if kind in ("infonce", "barlow", "vicreg"):
             return self.enc_a(inputs[0]), self.enc_b(inputs[1])
         return (self.enc_a(inputs[0]),)
 
@@ -96,7 +100,7 @@ def make_batch(kind: str, n: int, *parts: object) -> tuple[tuple[Tensor, ...], t
     def randn(*shape: int) -> Tensor:
         return torch.randn(*shape, generator=g, dtype=F64)
 
-    if kind in ("clip", "siglip", "infonce", "barlow"):
+    if kind in ("clip", "siglip", "infonce", "barlow", "vicreg"):
         xa = randn(n, D_IN)
         return (xa, xa + 0.5 * randn(n, D_IN)), ()  # correlated views: the positives are informative
     if kind in ("supcon", "supcon_mv"):
@@ -157,6 +161,8 @@ def make_criterion(kind: str, strategy: str | None = None, grad_reduction: str =
         return LoadBalancingLoss(N_CLASSES, top_k=2, **opts)
     if kind == "moe_z":
         return RouterZLoss(**opts)
+    if kind == "vicreg":
+        return VICRegLoss(**opts)
     raise ValueError(kind)
 
 
@@ -172,6 +178,8 @@ def reference(kind: str, outputs: tuple[Tensor, ...], extra: tuple[Tensor, ...])
         return ref_supcon(outputs[0], extra[0], TEMPERATURE)
     if kind == "barlow":
         return ref_barlow(*outputs, LAMBDA_OFFDIAG)
+    if kind == "vicreg":
+        return ref_vicreg(*outputs)
     if kind == "mean":
         y, weight, mask = extra
         return ref_weighted_mean((outputs[0] - y) ** 2, weight, mask)

@@ -108,6 +108,26 @@ def ref_barlow(za: Tensor, zb: Tensor, lambda_offdiag: float, eps: float = 1e-5)
     return total
 
 
+def ref_vicreg(
+    za: Tensor, zb: Tensor, sim: float = 25.0, std: float = 25.0, cov: float = 1.0, eps: float = 1e-4
+) -> Tensor:
+    """VICReg (Bardes et al. 2022, Algorithm 1): MSE between the views; per view the mean over features of
+    relu(1 - sqrt(unbiased variance + eps)); per view the squared off-diagonal covariances (divisor N - 1) summed and
+    divided by D, by a double loop."""
+    n, d = za.shape
+    total = sim * ((za - zb) ** 2).mean()
+    for z in (za, zb):
+        centered = z - z.mean(dim=0)
+        total = total + std * torch.relu(1 - torch.sqrt(centered.pow(2).sum(dim=0) / (n - 1) + eps)).mean()
+        off = torch.zeros((), dtype=z.dtype)
+        for i in range(d):
+            for j in range(d):
+                if i != j:
+                    off = off + ((centered[:, i] * centered[:, j]).sum() / (n - 1)) ** 2
+        total = total + cov * off / d
+    return total
+
+
 def ref_weighted_mean(values: Tensor, weight: Tensor | None, mask: Tensor | None) -> Tensor:
     """Σ w v / Σ w over the unmasked elements (0 when there are none)."""
     weight = torch.ones_like(values) if weight is None else torch.as_tensor(weight, dtype=values.dtype)

@@ -254,6 +254,7 @@ def _count_body(rank: int, world: int) -> dict:
     cats = _collection(cats=True, dist_sync_on_step=True)
     measure("with cat states forward, first step", lambda: cats(p, t))
     measure("with cat states forward, step 2", lambda: cats(p, t))
+    measure("with cat states forward, step 3", lambda: cats(p, t))
 
     # ranks that disagree on the number of classes: every rank raises, none hangs
     errors: dict[str, str | None] = {}
@@ -278,15 +279,17 @@ def test_collection_of_task_classes_syncs_in_one_collective(world_size: int) -> 
     """Nine task and generic classes with ``int64`` sum states (top-k included) in one ``MetricCollection``: one
     collective per ``compute`` and per synced ``forward`` in the steady state (the call's header exchange, which
     carries the packed counts), at most three more on the first sync, none at W=1. With AUROC, average precision
-    and samplewise counts added (``cat`` states), a synced ``forward`` of equal batches is the header and one data
-    gather for every member's rows. Ranks that disagree on ``num_classes`` raise on every rank."""
+    and samplewise counts added (``cat`` states), the first steady ``forward`` is the header and one data gather of
+    every member's rows (its header asks the group's inline area to grow), the next ones one collective again.
+    Ranks that disagree on ``num_classes`` raise on every rank."""
     results = run_distributed(_count_body, world_size, timeout=120)
     problems = []
     for rank, res in enumerate(results):
         for case, log in res["calls"].items():
-            steady = 2 if "cat states" in case else 1  # rows beyond the header's inline area: one data gather
+            steady = 2 if "cat states forward, step 2" in case else 1  # rows over the area's first size: + a gather
             allowed = 0 if world_size == 1 else (4 if "first" in case else steady)
-            if len(log) > allowed or (world_size > 1 and not log):
+            exact = "first" not in case
+            if (len(log) != allowed if exact else len(log) > allowed) or (world_size > 1 and not log):
                 problems.append(f"rank {rank} {case}: {len(log)} collectives {log} (allowed {allowed})")
     assert not problems, "\n".join(problems)
     preds, target = _data("multiclass (N, C, X) logits", sum([9, 0, 14][:world_size]), "collectives")

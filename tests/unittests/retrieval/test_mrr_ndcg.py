@@ -90,7 +90,7 @@ def _expected(image: torch.Tensor, text: torch.Tensor, labels: torch.Tensor | No
         scores = queries @ gallery.T
         values = []
         for i in range(n):
-            target = torch.tensor([j == i or (labels is not None and labels[j] == labels[i]) for j in range(n)])
+            target = torch.tensor([j == i or (labels is not None and bool(labels[j] == labels[i])) for j in range(n)])
             if name.startswith("nDCG"):
                 values.append(float(retrieval_normalized_dcg(scores[i], target, top_k=top_k)))
                 continue
