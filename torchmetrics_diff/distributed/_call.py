@@ -77,6 +77,8 @@ _HOSTS: dict[int, tuple[Any, Any]] = {}
 _FORCE_TWIN = False  # tests: give gloo groups a twin too, so that the twin path runs without NCCL
 # the header exchange's (send, receive, NumPy view of the send header) buffers, by (world size, inline bytes)
 _BUFFERS: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, Any]] = {}
+# their inline areas (send, table): the same view objects every call, so callers can tell a new buffer by identity
+_INLINE: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def enter(name: str, count: int) -> None:
@@ -209,6 +211,7 @@ def _buffers(world: int, inline: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
     if bufs is None:
         if len(_BUFFERS) >= 8:  # sizes a group no longer uses: the next call of that size makes its buffers anew
             _BUFFERS.clear()
+            _INLINE.clear()
         size = 8 * HEADER_INTS + inline
         send = torch.zeros(size, dtype=torch.uint8)
         table = torch.zeros(world * size, dtype=torch.uint8)
@@ -223,8 +226,11 @@ def inline_buffers(world: int, inline: int = INLINE_BYTES) -> tuple[torch.Tensor
     after: its sync is then that one collective. The same buffers come back for every call of that size (views of
     them can be kept while the size stays); every header exchange of that size overwrites ``table``."""
     send, table, _ = _buffers(world, inline)
-    size = 8 * HEADER_INTS + inline
-    return send[8 * HEADER_INTS :], table.view(world, size)[:, 8 * HEADER_INTS :]
+    views = _INLINE.get((world, inline))
+    if views is None or views[0]._base is not send:  # (made anew with its buffers)
+        size = 8 * HEADER_INTS + inline
+        views = _INLINE[world, inline] = (send[8 * HEADER_INTS :], table.view(world, size)[:, 8 * HEADER_INTS :])
+    return views
 
 
 def _host_rows(table: torch.Tensor, world: int) -> list[list[int]]:
