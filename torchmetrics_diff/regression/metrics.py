@@ -300,7 +300,27 @@ class CosineSimilarity(Metric):
         return dim_zero_cat(self.sims) if self.sims else torch.zeros(0, dtype=self.dtype, device=self.device)
 
 
-class MeanAbsolutePercentageError(_SumStatsMetric):
+class _PercentageError(_SumStatsMetric):
+    """A sum of per-element percentage errors and the element count (``int64``), both ``sum`` states; the value is
+    their ratio. Subclasses set ``_stats`` (the per-batch sums)."""
+
+    higher_is_better = False
+    _sum_states = ("sum_abs_per_error", "total")
+    sum_abs_per_error: torch.Tensor
+    total: torch.Tensor
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.num_outputs = 1
+        self.add_state("sum_abs_per_error", torch.zeros(1), dist_reduce_fx="sum")
+        self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
+
+    def compute(self) -> torch.Tensor:
+        """The mean percentage error of every element seen; NaN before any."""
+        return mean_absolute_error_from_stats(self.sum_abs_per_error, self.total)
+
+
+class MeanAbsolutePercentageError(_PercentageError):
     """Mean absolute percentage error ``Σ |p - t| / max(|t|, ε) / N`` (a fraction: 0.1 is 10 %), ``ε = 1.17e-6``.
 
     States: ``sum_abs_per_error`` and ``total`` (``int64``), both ``sum``: every element of the inputs is an
@@ -319,24 +339,10 @@ class MeanAbsolutePercentageError(_SumStatsMetric):
         tensor(0.2667)
     """
 
-    higher_is_better = False
     _stats = staticmethod(mean_absolute_percentage_error_stats)
-    _sum_states = ("sum_abs_per_error", "total")
-    sum_abs_per_error: torch.Tensor
-    total: torch.Tensor
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.num_outputs = 1
-        self.add_state("sum_abs_per_error", torch.zeros(1), dist_reduce_fx="sum")
-        self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
-
-    def compute(self) -> torch.Tensor:
-        """The mean absolute percentage error of every element seen; NaN before any."""
-        return mean_absolute_error_from_stats(self.sum_abs_per_error, self.total)
 
 
-class SymmetricMeanAbsolutePercentageError(_SumStatsMetric):
+class SymmetricMeanAbsolutePercentageError(_PercentageError):
     """Symmetric mean absolute percentage error ``Σ 2 |p - t| / max(|t| + |p|, ε) / N``, in ``[0, 2]``,
     ``ε = 1.17e-6``.
 
@@ -354,21 +360,7 @@ class SymmetricMeanAbsolutePercentageError(_SumStatsMetric):
         tensor(0.2290)
     """
 
-    higher_is_better = False
     _stats = staticmethod(symmetric_mean_absolute_percentage_error_stats)
-    _sum_states = ("sum_abs_per_error", "total")
-    sum_abs_per_error: torch.Tensor
-    total: torch.Tensor
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.num_outputs = 1
-        self.add_state("sum_abs_per_error", torch.zeros(1), dist_reduce_fx="sum")
-        self.add_state("total", torch.tensor(0), dist_reduce_fx="sum")
-
-    def compute(self) -> torch.Tensor:
-        """The symmetric mean absolute percentage error of every element seen; NaN before any."""
-        return mean_absolute_error_from_stats(self.sum_abs_per_error, self.total)
 
 
 class ExplainedVariance(_SumStatsMetric):
