@@ -444,6 +444,11 @@ CLAIMS: list[Claim] = [
         {"collection of 4 metrics sync 3": 1},
     ),
     Claim(
+        "README.md",
+        "`MultitaskWrapper`, `Running`) whose members sync in one collective in the steady state",
+        {"BootStrapper(8 copies) sync 3": 1, "Running(window 4) sync 3": 1, "collection of wrappers sync 3": 1},
+    ),
+    Claim(
         "README.md", "confusion matrix: a whole collection in one collective", {"classification collection sync 3": 1}
     ),
     Claim("docs/index.rst", "it spends about three collectives per state", _TORCHMETRICS),
