@@ -113,10 +113,10 @@ def binary_accuracy(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_accuracy(preds, target)
-        tensor(0.5000)
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_accuracy(preds, target)
+    tensor(0.5000)
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args)
     return _score("accuracy", preds, target, *args)
@@ -134,10 +134,10 @@ def multiclass_accuracy(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_accuracy(preds, target, num_classes=3)
-        tensor(0.8333)
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_accuracy(preds, target, num_classes=3)
+    tensor(0.8333)
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
     return _score("accuracy", preds, target, *args)
@@ -155,10 +155,10 @@ def multilabel_accuracy(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_accuracy(preds, target, num_labels=2)
-        tensor(0.5000)
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_accuracy(preds, target, num_labels=2)
+    tensor(0.5000)
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
     return _score("accuracy", preds, target, *args)
@@ -175,10 +175,10 @@ def binary_precision(
     zero_division: float = 0,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_precision(preds, target)
-        tensor(0.5000)
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_precision(preds, target)
+    tensor(0.5000)
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
     return _score("precision", preds, target, *args)
@@ -197,10 +197,10 @@ def multiclass_precision(
     zero_division: float = 0,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_precision(preds, target, num_classes=3)
-        tensor(0.8333)
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_precision(preds, target, num_classes=3)
+    tensor(0.8333)
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
     return _score("precision", preds, target, *args)
@@ -219,10 +219,10 @@ def multilabel_precision(
     zero_division: float = 0,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_precision(preds, target, num_labels=2)
-        tensor(0.7500)
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_precision(preds, target, num_labels=2)
+    tensor(0.7500)
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
     return _score("precision", preds, target, *args)
@@ -239,10 +239,10 @@ def binary_recall(
     zero_division: float = 0,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_recall(preds, target)
-        tensor(0.5000)
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_recall(preds, target)
+    tensor(0.5000)
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
     return _score("recall", preds, target, *args)
@@ -261,10 +261,10 @@ def multiclass_recall(
     zero_division: float = 0,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_recall(preds, target, num_classes=3)
-        tensor(0.8333)
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_recall(preds, target, num_classes=3)
+    tensor(0.8333)
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
     return _score("recall", preds, target, *args)
@@ -283,10 +283,10 @@ def multilabel_recall(
     zero_division: float = 0,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_recall(preds, target, num_labels=2)
-        tensor(0.5000)
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_recall(preds, target, num_labels=2)
+    tensor(0.5000)
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
     return _score("recall", preds, target, *args)
@@ -303,10 +303,10 @@ def binary_f1_score(
     zero_division: float = 0,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_f1_score(preds, target)
-        tensor(0.5000)
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_f1_score(preds, target)
+    tensor(0.5000)
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
     return _score("f1", preds, target, *args)
@@ -325,10 +325,10 @@ def multiclass_f1_score(
     zero_division: float = 0,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_f1_score(preds, target, num_classes=3)
-        tensor(0.7778)
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_f1_score(preds, target, num_classes=3)
+    tensor(0.7778)
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
     return _score("f1", preds, target, *args)
@@ -347,10 +347,10 @@ def multilabel_f1_score(
     zero_division: float = 0,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_f1_score(preds, target, num_labels=2)
-        tensor(0.5833)
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_f1_score(preds, target, num_labels=2)
+    tensor(0.5833)
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
     return _score("f1", preds, target, *args)
@@ -366,10 +366,10 @@ def binary_specificity(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_specificity(preds, target)
-        tensor(0.5000)
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_specificity(preds, target)
+    tensor(0.5000)
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args)
     return _score("specificity", preds, target, *args)
@@ -387,10 +387,10 @@ def multiclass_specificity(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_specificity(preds, target, num_classes=3)
-        tensor(0.8889)
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_specificity(preds, target, num_classes=3)
+    tensor(0.8889)
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
     return _score("specificity", preds, target, *args)
@@ -408,10 +408,10 @@ def multilabel_specificity(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_specificity(preds, target, num_labels=2)
-        tensor(0.5000)
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_specificity(preds, target, num_labels=2)
+    tensor(0.5000)
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
     return _score("specificity", preds, target, *args)
@@ -427,10 +427,10 @@ def binary_stat_scores(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_stat_scores(preds, target)
-        tensor([1, 1, 1, 1, 2])
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_stat_scores(preds, target)
+    tensor([1, 1, 1, 1, 2])
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args)
     return _stacked(preds, target, args)
@@ -448,10 +448,10 @@ def multiclass_stat_scores(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_stat_scores(preds, target, num_classes=3)
-        tensor([1.0000, 0.3333, 2.3333, 0.3333, 1.3333])
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_stat_scores(preds, target, num_classes=3)
+    tensor([1.0000, 0.3333, 2.3333, 0.3333, 1.3333])
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
     return _stacked(preds, target, args)
@@ -469,10 +469,10 @@ def multilabel_stat_scores(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_stat_scores(preds, target, num_labels=2)
-        tensor([1.0000, 0.5000, 0.5000, 1.0000, 2.0000])
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_stat_scores(preds, target, num_labels=2)
+    tensor([1.0000, 0.5000, 0.5000, 1.0000, 2.0000])
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
     return _stacked(preds, target, args)
@@ -488,11 +488,11 @@ def binary_confusion_matrix(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_confusion_matrix(preds, target)
-        tensor([[1, 1],
-                [1, 1]])
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_confusion_matrix(preds, target)
+    tensor([[1, 1],
+            [1, 1]])
     """
     return confusion_matrix(preds, target, "binary", threshold, None, None, normalize, ignore_index, validate_args)
 
@@ -507,12 +507,12 @@ def multiclass_confusion_matrix(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_confusion_matrix(preds, target, num_classes=3)
-        tensor([[1, 0, 0],
-                [0, 1, 1],
-                [0, 0, 1]])
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_confusion_matrix(preds, target, num_classes=3)
+    tensor([[1, 0, 0],
+            [0, 1, 1],
+            [0, 0, 1]])
     """
     return confusion_matrix(preds, target, "multiclass", 0.5, num_classes, None, normalize, ignore_index, validate_args)
 
@@ -528,14 +528,14 @@ def multilabel_confusion_matrix(
     validate_args: bool = True,
 ) -> torch.Tensor:
     """Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_confusion_matrix(preds, target, num_labels=2)
-        tensor([[[0, 1],
-                 [1, 1]],
-        <BLANKLINE>
-                [[1, 0],
-                 [1, 1]]])
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_confusion_matrix(preds, target, num_labels=2)
+    tensor([[[0, 1],
+             [1, 1]],
+    <BLANKLINE>
+            [[1, 0],
+             [1, 1]]])
     """
     return confusion_matrix(
         preds, target, "multilabel", threshold, None, num_labels, normalize, ignore_index, validate_args
