@@ -65,11 +65,17 @@ def _public_bases(app: object, name: str, obj: type, options: object, bases: lis
         base = todo.pop(0)
         if base.__name__.startswith("_"):
             todo[:0] = [b for b in base.__bases__ if b not in public and b not in todo]
-        elif base.__module__.startswith("torch.nn.") and getattr(torch.nn, base.__name__, None) is base:
-            public.append(f":py:class:`torch.nn.{base.__name__}`")
         elif base not in public:
             public.append(base)
-    bases[:] = public
+    # a private base's own bases can be ancestors of another base (``class BinaryAccuracy(_BinaryStatScores,
+    # Accuracy)``, ``_BinaryStatScores`` a ``Metric``): they say nothing that base does not
+    public = [b for b in public if not any(c is not b and issubclass(c, b) for c in public)]
+    bases[:] = [
+        f":py:class:`torch.nn.{b.__name__}`"
+        if b.__module__.startswith("torch.nn.") and getattr(torch.nn, b.__name__, None) is b
+        else b
+        for b in public
+    ]
 
 
 def setup(app: object) -> None:

@@ -16,19 +16,24 @@ ranks are the global counts, which is why the classification metrics need only `
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
 from torchmetrics_diff.distributed._compile import compiling
 from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int, check_values
+from torchmetrics_diff.functional._classification_docs import args_section, compose, section
 
 TASKS = ("binary", "multiclass", "multilabel")
 AVERAGES = ("micro", "macro", "weighted", "none", None)
 NORMALIZE = ("true", "pred", "all", "none", None)
 MULTIDIM_AVERAGES = ("global", "samplewise")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class StatScores(NamedTuple):
@@ -474,6 +479,52 @@ def check_zero_division(zero_division: Any) -> float:
 
 
 # ------------------------------------------------------------------------------------------ public functions
+#: the arguments of the generic score functions (:func:`accuracy`, :func:`precision`, ...), described once
+_SCORE_ARGS = {
+    "preds": "predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside "
+    "``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``. "
+    "``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``. "
+    "``multilabel``: ``(N, L, ...)``, each label as in ``binary``.",
+    "target": "integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in ``[0, C)``) or "
+    "``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.",
+    "task": '``"binary"``, ``"multiclass"`` or ``"multilabel"``.',
+    "threshold": "a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.",
+    "num_classes": "``C``, required for ``multiclass``. Default ``None``.",
+    "num_labels": "``L``, required for ``multilabel``. Default ``None``.",
+    "average": '``"micro"`` (default: pool the counts of every class or label), ``"macro"`` (mean of the per-class '
+    "scores; for ``multiclass`` the classes absent from both targets and predictions are left out, as in "
+    'torchmetrics), ``"weighted"`` (per-class scores weighted by their support ``tp + fn``), ``"none"`` or '
+    "``None`` (one score per class or label). Ignored for ``binary``.",
+    "ignore_index": "target entries equal to it are left out. Default ``None``.",
+    "validate_args": "check that the labels lie in their range (one pass over the batch). Default ``True``.",
+    "zero_division": "``0`` (default, as torchmetrics) or ``1``: the score where its denominator is zero.",
+    "top_k": "``multiclass`` scores only: right when the target is among the ``top_k`` highest scores (keyword; "
+    "see :func:`stat_scores`). Default 1.",
+    "multidim_average": '``"global"`` (default) or ``"samplewise"``: one value per sample, over its extra '
+    'dimensions (keyword). Default ``"global"``.',
+}
+_SCORE_RETURNS = (
+    'A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"`` and '
+    '``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``; a leading ``(N,)`` when samplewise. No '
+    "gradient (it is counts)."
+)
+
+
+def _score_doc(fn: _F) -> _F:
+    """Put the shared ``Args``, ``Returns`` and ``Raises`` sections of a generic score function into its
+    docstring, between its summary and its example."""
+    summary, example = (fn.__doc__ or "").split("    Example:")
+    with_zero_division = "zero_division" in inspect.signature(fn).parameters
+    unknown = "``average`` or ``zero_division``" if with_zero_division else "``average``"
+    raises = (
+        f"ValueError: an unknown ``task``, {unknown}, a ``threshold`` outside ``[0, 1]``, a missing or non-positive "
+        "``num_classes``/``num_labels``, tensors of mismatched shapes, or (with ``validate_args``) labels out of range."
+    )
+    sections = (args_section(fn, _SCORE_ARGS), section("Returns", _SCORE_RETURNS), section("Raises", raises))
+    fn.__doc__ = compose(summary, *sections, tail="Example:" + example)
+    return fn
+
+
 def _score(
     score: str,
     preds: torch.Tensor,
@@ -497,6 +548,7 @@ def _score(
     return reduce_stat_scores(s, score, task, average, zd, top_k)
 
 
+@_score_doc
 def accuracy(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -515,38 +567,6 @@ def accuracy(
 
     The functional form of :class:`~torchmetrics_diff.Accuracy`; no collective.
 
-    Args:
-        preds: predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside
-            ``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``.
-            ``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``.
-            ``multilabel``: ``(N, L, ...)``, each label as in ``binary``.
-        target: integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in
-            ``[0, C)``) or ``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.
-        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
-        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
-        num_classes: ``C``, required for ``multiclass``. Default ``None``.
-        num_labels: ``L``, required for ``multilabel``. Default ``None``.
-        average: ``"micro"`` (default: pool the counts of every class or label), ``"macro"`` (mean of the
-            per-class scores; for ``multiclass`` the classes absent from both targets and predictions are left
-            out, as in torchmetrics), ``"weighted"`` (per-class scores weighted by their support ``tp + fn``),
-            ``"none"`` or ``None`` (one score per class or label). Ignored for ``binary``.
-        ignore_index: target entries equal to it are left out. Default ``None``.
-        validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
-
-        top_k: ``multiclass`` scores only: right when the target is among the ``top_k`` highest scores (keyword;
-            see :func:`stat_scores`). Default 1.
-        multidim_average: ``"global"`` (default) or ``"samplewise"``: one value per sample, over its extra
-            dimensions (keyword). Default ``"global"``.
-    Returns:
-        A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
-        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``; a leading ``(N,)`` when samplewise.
-        No gradient (it is counts).
-
-    Raises:
-        ValueError: an unknown ``task``, ``average``, a ``threshold`` outside ``[0, 1]``,
-            a missing or non-positive ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with
-            ``validate_args``) labels out of range.
-
     Example:
         >>> import torch
         >>> accuracy(torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2]), "multiclass", num_classes=3)
@@ -556,6 +576,7 @@ def accuracy(
     return _score("accuracy", preds, target, *args, 0, top_k, multidim_average)
 
 
+@_score_doc
 def precision(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -574,39 +595,6 @@ def precision(
 
     The functional form of :class:`~torchmetrics_diff.Precision`; no collective.
 
-    Args:
-        preds: predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside
-            ``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``.
-            ``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``.
-            ``multilabel``: ``(N, L, ...)``, each label as in ``binary``.
-        target: integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in
-            ``[0, C)``) or ``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.
-        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
-        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
-        num_classes: ``C``, required for ``multiclass``. Default ``None``.
-        num_labels: ``L``, required for ``multilabel``. Default ``None``.
-        average: ``"micro"`` (default: pool the counts of every class or label), ``"macro"`` (mean of the
-            per-class scores; for ``multiclass`` the classes absent from both targets and predictions are left
-            out, as in torchmetrics), ``"weighted"`` (per-class scores weighted by their support ``tp + fn``),
-            ``"none"`` or ``None`` (one score per class or label). Ignored for ``binary``.
-        ignore_index: target entries equal to it are left out. Default ``None``.
-        validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
-        zero_division: ``0`` (default, as torchmetrics) or ``1``: the score where its denominator is zero.
-
-        top_k: ``multiclass`` scores only: right when the target is among the ``top_k`` highest scores (keyword;
-            see :func:`stat_scores`). Default 1.
-        multidim_average: ``"global"`` (default) or ``"samplewise"``: one value per sample, over its extra
-            dimensions (keyword). Default ``"global"``.
-    Returns:
-        A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
-        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``; a leading ``(N,)`` when samplewise.
-        No gradient (it is counts).
-
-    Raises:
-        ValueError: an unknown ``task``, ``average`` or ``zero_division``, a ``threshold`` outside ``[0, 1]``,
-            a missing or non-positive ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with
-            ``validate_args``) labels out of range.
-
     Example:
         >>> import torch
         >>> precision(torch.tensor([0.9, 0.2, 0.7]), torch.tensor([1, 1, 0]), "binary")
@@ -616,6 +604,7 @@ def precision(
     return _score("precision", preds, target, *args, top_k, multidim_average)
 
 
+@_score_doc
 def recall(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -634,39 +623,6 @@ def recall(
 
     The functional form of :class:`~torchmetrics_diff.Recall`; no collective.
 
-    Args:
-        preds: predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside
-            ``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``.
-            ``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``.
-            ``multilabel``: ``(N, L, ...)``, each label as in ``binary``.
-        target: integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in
-            ``[0, C)``) or ``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.
-        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
-        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
-        num_classes: ``C``, required for ``multiclass``. Default ``None``.
-        num_labels: ``L``, required for ``multilabel``. Default ``None``.
-        average: ``"micro"`` (default: pool the counts of every class or label), ``"macro"`` (mean of the
-            per-class scores; for ``multiclass`` the classes absent from both targets and predictions are left
-            out, as in torchmetrics), ``"weighted"`` (per-class scores weighted by their support ``tp + fn``),
-            ``"none"`` or ``None`` (one score per class or label). Ignored for ``binary``.
-        ignore_index: target entries equal to it are left out. Default ``None``.
-        validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
-        zero_division: ``0`` (default, as torchmetrics) or ``1``: the score where its denominator is zero.
-
-        top_k: ``multiclass`` scores only: right when the target is among the ``top_k`` highest scores (keyword;
-            see :func:`stat_scores`). Default 1.
-        multidim_average: ``"global"`` (default) or ``"samplewise"``: one value per sample, over its extra
-            dimensions (keyword). Default ``"global"``.
-    Returns:
-        A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
-        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``; a leading ``(N,)`` when samplewise.
-        No gradient (it is counts).
-
-    Raises:
-        ValueError: an unknown ``task``, ``average`` or ``zero_division``, a ``threshold`` outside ``[0, 1]``,
-            a missing or non-positive ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with
-            ``validate_args``) labels out of range.
-
     Example:
         >>> import torch
         >>> recall(torch.tensor([0.9, 0.2, 0.7]), torch.tensor([1, 1, 0]), "binary")
@@ -676,6 +632,7 @@ def recall(
     return _score("recall", preds, target, *args, top_k, multidim_average)
 
 
+@_score_doc
 def f1_score(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -693,39 +650,6 @@ def f1_score(
     """F1 score ``2 tp / (2 tp + fp + fn)`` of a batch.
 
     The functional form of :class:`~torchmetrics_diff.F1Score`; no collective.
-
-    Args:
-        preds: predictions. ``binary``: shape ``(N, ...)``, float probabilities or logits (any value outside
-            ``[0, 1]`` makes the whole tensor logits: a sigmoid is applied), or integer labels in ``{0, 1}``.
-            ``multiclass``: float scores ``(N, C, ...)`` (argmax over dim 1) or integer labels ``(N, ...)``.
-            ``multilabel``: ``(N, L, ...)``, each label as in ``binary``.
-        target: integer labels of shape ``(N, ...)`` (``binary``: in ``{0, 1}``; ``multiclass``: in
-            ``[0, C)``) or ``(N, L, ...)`` (``multilabel``); entries equal to ``ignore_index`` are allowed.
-        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
-        threshold: a probability above it is a positive prediction (``binary``, ``multilabel``). Default 0.5.
-        num_classes: ``C``, required for ``multiclass``. Default ``None``.
-        num_labels: ``L``, required for ``multilabel``. Default ``None``.
-        average: ``"micro"`` (default: pool the counts of every class or label), ``"macro"`` (mean of the
-            per-class scores; for ``multiclass`` the classes absent from both targets and predictions are left
-            out, as in torchmetrics), ``"weighted"`` (per-class scores weighted by their support ``tp + fn``),
-            ``"none"`` or ``None`` (one score per class or label). Ignored for ``binary``.
-        ignore_index: target entries equal to it are left out. Default ``None``.
-        validate_args: check that the labels lie in their range (one pass over the batch). Default ``True``.
-        zero_division: ``0`` (default, as torchmetrics) or ``1``: the score where its denominator is zero.
-
-        top_k: ``multiclass`` scores only: right when the target is among the ``top_k`` highest scores (keyword;
-            see :func:`stat_scores`). Default 1.
-        multidim_average: ``"global"`` (default) or ``"samplewise"``: one value per sample, over its extra
-            dimensions (keyword). Default ``"global"``.
-    Returns:
-        A floating tensor in the default dtype (float32): 0-d for ``binary`` and for ``"micro"``, ``"macro"``
-        and ``"weighted"``; shape ``(C,)`` or ``(L,)`` with ``average="none"``; a leading ``(N,)`` when samplewise.
-        No gradient (it is counts).
-
-    Raises:
-        ValueError: an unknown ``task``, ``average`` or ``zero_division``, a ``threshold`` outside ``[0, 1]``,
-            a missing or non-positive ``num_classes``/``num_labels``, tensors of mismatched shapes, or (with
-            ``validate_args``) labels out of range.
 
     Example:
         >>> import torch

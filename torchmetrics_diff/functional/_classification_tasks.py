@@ -1,8 +1,12 @@
 """The task forms of the stat-score functions, with torchmetrics' names, argument order and defaults
 (``average="macro"`` for multiclass and multilabel): ``binary_accuracy``, ``multiclass_f1_score``, ... Each is
-the generic function with its task fixed."""
+the generic function with its task fixed; its docstring is built by :func:`_task_doc` from its signature and the
+argument descriptions shared with the task classes."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 
@@ -13,8 +17,93 @@ from torchmetrics_diff.functional._classification import (
     stack_stat_scores,
     stat_scores,
 )
+from torchmetrics_diff.functional._classification_docs import (
+    ARGS,
+    INPUTS,
+    WHAT,
+    args_section,
+    compose,
+    section,
+    task_of,
+)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_SCORE = (
+    'A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a leading ``(N,)`` when '
+    "samplewise."
+)
+_RETURNS = {
+    **dict.fromkeys(("accuracy", "precision", "recall", "f1_score", "specificity"), _SCORE),
+    "stat_scores": 'Shape ``(5,)``, ``(C, 5)``/``(L, 5)`` with ``average="none"``, a leading ``(N,)`` when samplewise; '
+    '``int64``, or floating for ``"macro"`` and ``"weighted"``.',
+}
+_MATRIX = {"binary": "``(2, 2)``", "multiclass": "``(C, C)``", "multilabel": "``(L, 2, 2)``"}
+_RAISES = "ValueError: a bad argument, naming it; inputs that do not fit the task."
 
 
+def _task_doc(fn: _F) -> _F:
+    """Give a task function its docstring: the summary (its generic function and task), its arguments (from its
+    signature), what it returns and raises, then its own docstring (the example)."""
+    task = task_of(fn.__name__)
+    generic = fn.__name__.removeprefix(f"{task}_")
+    what = WHAT[generic]
+    summary = (
+        f"{what[0].upper()}{what[1:]} of a {task} batch.\n\n"
+        f'    :func:`{generic}` with ``task="{task}"``, in torchmetrics\' argument order. No collective.'
+    )
+    returns = _RETURNS.get(generic) or f"{_MATRIX[task]} ``int64`` counts, or floating when normalized."
+    docs = {**ARGS, **INPUTS[task]}
+    sections = (args_section(fn, docs), section("Returns", returns), section("Raises", _RAISES))
+    fn.__doc__ = compose(summary, *sections, tail=fn.__doc__)
+    return fn
+
+
+# the arguments of ``_score`` after ``preds`` and ``target``: the generic form's, its task fixed
+_ScoreArgs = tuple[str, float, "int | None", "int | None", "str | None", "int | None", bool, float, int, str]
+
+
+def _binary(
+    threshold: float, multidim_average: str, ignore_index: int | None, validate_args: bool, zero_division: float = 0
+) -> _ScoreArgs:
+    return ("binary", threshold, None, None, "micro", ignore_index, validate_args, zero_division, 1, multidim_average)
+
+
+def _multiclass(
+    num_classes: int | None,
+    average: str | None,
+    top_k: int,
+    multidim_average: str,
+    ignore_index: int | None,
+    validate_args: bool,
+    zero_division: float = 0,
+) -> _ScoreArgs:
+    task_args = ("multiclass", 0.5, num_classes, None, average, ignore_index, validate_args)
+    return (*task_args, zero_division, top_k, multidim_average)
+
+
+def _multilabel(
+    num_labels: int,
+    threshold: float,
+    average: str | None,
+    multidim_average: str,
+    ignore_index: int | None,
+    validate_args: bool,
+    zero_division: float = 0,
+) -> _ScoreArgs:
+    task_args = ("multilabel", threshold, None, num_labels, average, ignore_index, validate_args)
+    return (*task_args, zero_division, 1, multidim_average)
+
+
+def _stacked(preds: torch.Tensor, target: torch.Tensor, args: _ScoreArgs) -> torch.Tensor:
+    """The stat scores in torchmetrics' stacked form, with ``_score``'s arguments (``zero_division`` unused)."""
+    task, threshold, num_classes, num_labels, average, ignore_index, validate_args, _, top_k, multidim_average = args
+    check_task_args(task, threshold, num_classes, num_labels, average, ignore_index)
+    task_args = (task, threshold, num_classes, num_labels, ignore_index, validate_args, top_k, multidim_average)
+    return stack_stat_scores(stat_scores(preds, target, *task_args), task, average)
+
+
+@_task_doc
 def binary_accuracy(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -23,36 +112,17 @@ def binary_accuracy(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Accuracy of a binary batch.
-
-    :func:`accuracy` with ``task="binary"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, ...)`` probabilities, logits (a sigmoid when some value lies outside ``[0, 1]``) or
-            integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_accuracy(preds, target)
-        tensor(0.5000)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_accuracy(preds, target)
+    tensor(0.5000)
     """
-    args = ("binary", threshold, None, None, "micro", ignore_index, validate_args, 0, 1, multidim_average)
+    args = _binary(threshold, multidim_average, ignore_index, validate_args)
     return _score("accuracy", preds, target, *args)
 
 
+@_task_doc
 def multiclass_accuracy(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -63,37 +133,17 @@ def multiclass_accuracy(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Accuracy of a multiclass batch.
-
-    :func:`accuracy` with ``task="multiclass"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, C, ...)`` floating scores or ``(N, ...)`` integer labels.
-        target: integer labels ``(N, ...)`` in ``[0, C)``.
-        num_classes: number of classes ``C`` (required).
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        top_k: right when the target is among the ``top_k`` highest scores (needs scores). Default 1.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_accuracy(preds, target, num_classes=3)
-        tensor(0.8333)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_accuracy(preds, target, num_classes=3)
+    tensor(0.8333)
     """
-    args = ("multiclass", 0.5, num_classes, None, average, ignore_index, validate_args, 0, top_k, multidim_average)
+    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
     return _score("accuracy", preds, target, *args)
 
 
+@_task_doc
 def multilabel_accuracy(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -104,37 +154,17 @@ def multilabel_accuracy(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Accuracy of a multilabel batch.
-
-    :func:`accuracy` with ``task="multilabel"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, L, ...)`` probabilities, logits or integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        num_labels: number of labels ``L``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_accuracy(preds, target, num_labels=2)
-        tensor(0.5000)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_accuracy(preds, target, num_labels=2)
+    tensor(0.5000)
     """
-    args = ("multilabel", threshold, None, num_labels, average, ignore_index, validate_args, 0, 1, multidim_average)
+    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
     return _score("accuracy", preds, target, *args)
 
 
+@_task_doc
 def binary_precision(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -144,37 +174,17 @@ def binary_precision(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Precision ``tp / (tp + fp)`` of a binary batch.
-
-    :func:`precision` with ``task="binary"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, ...)`` probabilities, logits (a sigmoid when some value lies outside ``[0, 1]``) or
-            integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-        zero_division: ``0`` (default) or ``1``, the value where a denominator is zero.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_precision(preds, target)
-        tensor(0.5000)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_precision(preds, target)
+    tensor(0.5000)
     """
-    args = ("binary", threshold, None, None, "micro", ignore_index, validate_args, zero_division, 1, multidim_average)
+    args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
     return _score("precision", preds, target, *args)
 
 
+@_task_doc
 def multiclass_precision(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -186,49 +196,17 @@ def multiclass_precision(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Precision ``tp / (tp + fp)`` of a multiclass batch.
-
-    :func:`precision` with ``task="multiclass"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, C, ...)`` floating scores or ``(N, ...)`` integer labels.
-        target: integer labels ``(N, ...)`` in ``[0, C)``.
-        num_classes: number of classes ``C`` (required).
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        top_k: right when the target is among the ``top_k`` highest scores (needs scores). Default 1.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-        zero_division: ``0`` (default) or ``1``, the value where a denominator is zero.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_precision(preds, target, num_classes=3)
-        tensor(0.8333)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_precision(preds, target, num_classes=3)
+    tensor(0.8333)
     """
-    args = (
-        "multiclass",
-        0.5,
-        num_classes,
-        None,
-        average,
-        ignore_index,
-        validate_args,
-        zero_division,
-        top_k,
-        multidim_average,
-    )
+    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
     return _score("precision", preds, target, *args)
 
 
+@_task_doc
 def multilabel_precision(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -240,49 +218,17 @@ def multilabel_precision(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Precision ``tp / (tp + fp)`` of a multilabel batch.
-
-    :func:`precision` with ``task="multilabel"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, L, ...)`` probabilities, logits or integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        num_labels: number of labels ``L``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-        zero_division: ``0`` (default) or ``1``, the value where a denominator is zero.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_precision(preds, target, num_labels=2)
-        tensor(0.7500)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_precision(preds, target, num_labels=2)
+    tensor(0.7500)
     """
-    args = (
-        "multilabel",
-        threshold,
-        None,
-        num_labels,
-        average,
-        ignore_index,
-        validate_args,
-        zero_division,
-        1,
-        multidim_average,
-    )
+    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
     return _score("precision", preds, target, *args)
 
 
+@_task_doc
 def binary_recall(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -292,37 +238,17 @@ def binary_recall(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Recall ``tp / (tp + fn)`` of a binary batch.
-
-    :func:`recall` with ``task="binary"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, ...)`` probabilities, logits (a sigmoid when some value lies outside ``[0, 1]``) or
-            integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-        zero_division: ``0`` (default) or ``1``, the value where a denominator is zero.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_recall(preds, target)
-        tensor(0.5000)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_recall(preds, target)
+    tensor(0.5000)
     """
-    args = ("binary", threshold, None, None, "micro", ignore_index, validate_args, zero_division, 1, multidim_average)
+    args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
     return _score("recall", preds, target, *args)
 
 
+@_task_doc
 def multiclass_recall(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -334,49 +260,17 @@ def multiclass_recall(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Recall ``tp / (tp + fn)`` of a multiclass batch.
-
-    :func:`recall` with ``task="multiclass"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, C, ...)`` floating scores or ``(N, ...)`` integer labels.
-        target: integer labels ``(N, ...)`` in ``[0, C)``.
-        num_classes: number of classes ``C`` (required).
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        top_k: right when the target is among the ``top_k`` highest scores (needs scores). Default 1.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-        zero_division: ``0`` (default) or ``1``, the value where a denominator is zero.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_recall(preds, target, num_classes=3)
-        tensor(0.8333)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_recall(preds, target, num_classes=3)
+    tensor(0.8333)
     """
-    args = (
-        "multiclass",
-        0.5,
-        num_classes,
-        None,
-        average,
-        ignore_index,
-        validate_args,
-        zero_division,
-        top_k,
-        multidim_average,
-    )
+    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
     return _score("recall", preds, target, *args)
 
 
+@_task_doc
 def multilabel_recall(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -388,49 +282,17 @@ def multilabel_recall(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Recall ``tp / (tp + fn)`` of a multilabel batch.
-
-    :func:`recall` with ``task="multilabel"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, L, ...)`` probabilities, logits or integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        num_labels: number of labels ``L``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-        zero_division: ``0`` (default) or ``1``, the value where a denominator is zero.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_recall(preds, target, num_labels=2)
-        tensor(0.5000)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_recall(preds, target, num_labels=2)
+    tensor(0.5000)
     """
-    args = (
-        "multilabel",
-        threshold,
-        None,
-        num_labels,
-        average,
-        ignore_index,
-        validate_args,
-        zero_division,
-        1,
-        multidim_average,
-    )
+    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
     return _score("recall", preds, target, *args)
 
 
+@_task_doc
 def binary_f1_score(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -440,37 +302,17 @@ def binary_f1_score(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """F1 score ``2 tp / (2 tp + fp + fn)`` of a binary batch.
-
-    :func:`f1_score` with ``task="binary"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, ...)`` probabilities, logits (a sigmoid when some value lies outside ``[0, 1]``) or
-            integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-        zero_division: ``0`` (default) or ``1``, the value where a denominator is zero.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_f1_score(preds, target)
-        tensor(0.5000)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_f1_score(preds, target)
+    tensor(0.5000)
     """
-    args = ("binary", threshold, None, None, "micro", ignore_index, validate_args, zero_division, 1, multidim_average)
+    args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
     return _score("f1", preds, target, *args)
 
 
+@_task_doc
 def multiclass_f1_score(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -482,49 +324,17 @@ def multiclass_f1_score(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """F1 score ``2 tp / (2 tp + fp + fn)`` of a multiclass batch.
-
-    :func:`f1_score` with ``task="multiclass"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, C, ...)`` floating scores or ``(N, ...)`` integer labels.
-        target: integer labels ``(N, ...)`` in ``[0, C)``.
-        num_classes: number of classes ``C`` (required).
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        top_k: right when the target is among the ``top_k`` highest scores (needs scores). Default 1.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-        zero_division: ``0`` (default) or ``1``, the value where a denominator is zero.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_f1_score(preds, target, num_classes=3)
-        tensor(0.7778)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_f1_score(preds, target, num_classes=3)
+    tensor(0.7778)
     """
-    args = (
-        "multiclass",
-        0.5,
-        num_classes,
-        None,
-        average,
-        ignore_index,
-        validate_args,
-        zero_division,
-        top_k,
-        multidim_average,
-    )
+    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
     return _score("f1", preds, target, *args)
 
 
+@_task_doc
 def multilabel_f1_score(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -536,49 +346,17 @@ def multilabel_f1_score(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """F1 score ``2 tp / (2 tp + fp + fn)`` of a multilabel batch.
-
-    :func:`f1_score` with ``task="multilabel"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, L, ...)`` probabilities, logits or integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        num_labels: number of labels ``L``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-        zero_division: ``0`` (default) or ``1``, the value where a denominator is zero.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_f1_score(preds, target, num_labels=2)
-        tensor(0.5833)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_f1_score(preds, target, num_labels=2)
+    tensor(0.5833)
     """
-    args = (
-        "multilabel",
-        threshold,
-        None,
-        num_labels,
-        average,
-        ignore_index,
-        validate_args,
-        zero_division,
-        1,
-        multidim_average,
-    )
+    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
     return _score("f1", preds, target, *args)
 
 
+@_task_doc
 def binary_specificity(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -587,36 +365,17 @@ def binary_specificity(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Specificity ``tn / (tn + fp)`` of a binary batch.
-
-    :func:`specificity` with ``task="binary"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, ...)`` probabilities, logits (a sigmoid when some value lies outside ``[0, 1]``) or
-            integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_specificity(preds, target)
-        tensor(0.5000)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_specificity(preds, target)
+    tensor(0.5000)
     """
-    args = ("binary", threshold, None, None, "micro", ignore_index, validate_args, 0, 1, multidim_average)
+    args = _binary(threshold, multidim_average, ignore_index, validate_args)
     return _score("specificity", preds, target, *args)
 
 
+@_task_doc
 def multiclass_specificity(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -627,37 +386,17 @@ def multiclass_specificity(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Specificity ``tn / (tn + fp)`` of a multiclass batch.
-
-    :func:`specificity` with ``task="multiclass"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, C, ...)`` floating scores or ``(N, ...)`` integer labels.
-        target: integer labels ``(N, ...)`` in ``[0, C)``.
-        num_classes: number of classes ``C`` (required).
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        top_k: right when the target is among the ``top_k`` highest scores (needs scores). Default 1.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_specificity(preds, target, num_classes=3)
-        tensor(0.8889)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_specificity(preds, target, num_classes=3)
+    tensor(0.8889)
     """
-    args = ("multiclass", 0.5, num_classes, None, average, ignore_index, validate_args, 0, top_k, multidim_average)
+    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
     return _score("specificity", preds, target, *args)
 
 
+@_task_doc
 def multilabel_specificity(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -668,37 +407,17 @@ def multilabel_specificity(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Specificity ``tn / (tn + fp)`` of a multilabel batch.
-
-    :func:`specificity` with ``task="multilabel"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, L, ...)`` probabilities, logits or integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        num_labels: number of labels ``L``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a
-        leading ``(N,)`` when samplewise.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_specificity(preds, target, num_labels=2)
-        tensor(0.5000)
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_specificity(preds, target, num_labels=2)
+    tensor(0.5000)
     """
-    args = ("multilabel", threshold, None, num_labels, average, ignore_index, validate_args, 0, 1, multidim_average)
+    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
     return _score("specificity", preds, target, *args)
 
 
+@_task_doc
 def binary_stat_scores(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -707,37 +426,17 @@ def binary_stat_scores(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Stat scores ``[tp, fp, tn, fn, support]`` (torchmetrics' stacked form) of a binary batch.
-
-    :func:`stat_scores` with ``task="binary"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, ...)`` probabilities, logits (a sigmoid when some value lies outside ``[0, 1]``) or
-            integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        Shape ``(5,)``, ``(C, 5)``/``(L, 5)`` with ``average="none"``, a leading ``(N,)`` when
-        samplewise; ``int64``, or floating for ``"macro"`` and ``"weighted"``.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_stat_scores(preds, target)
-        tensor([1, 1, 1, 1, 2])
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_stat_scores(preds, target)
+    tensor([1, 1, 1, 1, 2])
     """
-    check_task_args("binary", threshold, None, None, "micro", ignore_index)
-    s = stat_scores(preds, target, "binary", threshold, None, None, ignore_index, validate_args, 1, multidim_average)
-    return stack_stat_scores(s, "binary", "micro")
+    args = _binary(threshold, multidim_average, ignore_index, validate_args)
+    return _stacked(preds, target, args)
 
 
+@_task_doc
 def multiclass_stat_scores(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -748,40 +447,17 @@ def multiclass_stat_scores(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Stat scores ``[tp, fp, tn, fn, support]`` (torchmetrics' stacked form) of a multiclass batch.
-
-    :func:`stat_scores` with ``task="multiclass"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, C, ...)`` floating scores or ``(N, ...)`` integer labels.
-        target: integer labels ``(N, ...)`` in ``[0, C)``.
-        num_classes: number of classes ``C`` (required).
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        top_k: right when the target is among the ``top_k`` highest scores (needs scores). Default 1.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        Shape ``(5,)``, ``(C, 5)``/``(L, 5)`` with ``average="none"``, a leading ``(N,)`` when
-        samplewise; ``int64``, or floating for ``"macro"`` and ``"weighted"``.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_stat_scores(preds, target, num_classes=3)
-        tensor([1.0000, 0.3333, 2.3333, 0.3333, 1.3333])
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_stat_scores(preds, target, num_classes=3)
+    tensor([1.0000, 0.3333, 2.3333, 0.3333, 1.3333])
     """
-    check_task_args("multiclass", 0.5, num_classes, None, average, ignore_index)
-    s = stat_scores(
-        preds, target, "multiclass", 0.5, num_classes, None, ignore_index, validate_args, top_k, multidim_average
-    )
-    return stack_stat_scores(s, "multiclass", average)
+    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
+    return _stacked(preds, target, args)
 
 
+@_task_doc
 def multilabel_stat_scores(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -792,40 +468,17 @@ def multilabel_stat_scores(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Stat scores ``[tp, fp, tn, fn, support]`` (torchmetrics' stacked form) of a multilabel batch.
-
-    :func:`stat_scores` with ``task="multilabel"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, L, ...)`` probabilities, logits or integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        num_labels: number of labels ``L``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        multidim_average: ``"global"`` (default) or ``"samplewise"`` (one value per sample).
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        Shape ``(5,)``, ``(C, 5)``/``(L, 5)`` with ``average="none"``, a leading ``(N,)`` when
-        samplewise; ``int64``, or floating for ``"macro"`` and ``"weighted"``.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_stat_scores(preds, target, num_labels=2)
-        tensor([1.0000, 0.5000, 0.5000, 1.0000, 2.0000])
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_stat_scores(preds, target, num_labels=2)
+    tensor([1.0000, 0.5000, 0.5000, 1.0000, 2.0000])
     """
-    check_task_args("multilabel", threshold, None, num_labels, average, ignore_index)
-    s = stat_scores(
-        preds, target, "multilabel", threshold, None, num_labels, ignore_index, validate_args, 1, multidim_average
-    )
-    return stack_stat_scores(s, "multilabel", average)
+    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
+    return _stacked(preds, target, args)
 
 
+@_task_doc
 def binary_confusion_matrix(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -834,35 +487,17 @@ def binary_confusion_matrix(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Confusion matrix of a binary batch.
-
-    :func:`confusion_matrix` with ``task="binary"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, ...)`` probabilities, logits (a sigmoid when some value lies outside ``[0, 1]``) or
-            integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        normalize: ``None`` (default: counts), ``"true"``, ``"pred"`` or ``"all"``.
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        ``(2, 2)`` ``int64`` counts, or floating when normalized.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_confusion_matrix(preds, target)
-        tensor([[1, 1],
-                [1, 1]])
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+    >>> binary_confusion_matrix(preds, target)
+    tensor([[1, 1],
+            [1, 1]])
     """
     return confusion_matrix(preds, target, "binary", threshold, None, None, normalize, ignore_index, validate_args)
 
 
+@_task_doc
 def multiclass_confusion_matrix(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -871,35 +506,18 @@ def multiclass_confusion_matrix(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Confusion matrix of a multiclass batch.
-
-    :func:`confusion_matrix` with ``task="multiclass"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, C, ...)`` floating scores or ``(N, ...)`` integer labels.
-        target: integer labels ``(N, ...)`` in ``[0, C)``.
-        num_classes: number of classes ``C`` (required).
-        normalize: ``None`` (default: counts), ``"true"``, ``"pred"`` or ``"all"``.
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        ``(C, C)`` ``int64`` counts, or floating when normalized.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_confusion_matrix(preds, target, num_classes=3)
-        tensor([[1, 0, 0],
-                [0, 1, 1],
-                [0, 0, 1]])
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+    >>> multiclass_confusion_matrix(preds, target, num_classes=3)
+    tensor([[1, 0, 0],
+            [0, 1, 1],
+            [0, 0, 1]])
     """
     return confusion_matrix(preds, target, "multiclass", 0.5, num_classes, None, normalize, ignore_index, validate_args)
 
 
+@_task_doc
 def multilabel_confusion_matrix(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -909,34 +527,15 @@ def multilabel_confusion_matrix(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Confusion matrix of a multilabel batch.
-
-    :func:`confusion_matrix` with ``task="multilabel"``, in torchmetrics' argument order. No collective.
-
-    Args:
-        preds: ``(N, L, ...)`` probabilities, logits or integer labels.
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        num_labels: number of labels ``L``.
-        threshold: a probability above it is a positive prediction. Default 0.5.
-        normalize: ``None`` (default: counts), ``"true"``, ``"pred"`` or ``"all"``.
-        ignore_index: target value whose entries are left out. Default ``None``.
-        validate_args: check that labels lie in their range. Default ``True``.
-
-    Returns:
-        ``(L, 2, 2)`` ``int64`` counts, or floating when normalized.
-
-    Raises:
-        ValueError: a bad argument, naming it; inputs that do not fit the task.
-
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_confusion_matrix(preds, target, num_labels=2)
-        tensor([[[0, 1],
-                 [1, 1]],
-        <BLANKLINE>
-                [[1, 0],
-                 [1, 1]]])
+    """Example:
+    >>> import torch
+    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+    >>> multilabel_confusion_matrix(preds, target, num_labels=2)
+    tensor([[[0, 1],
+             [1, 1]],
+    <BLANKLINE>
+            [[1, 0],
+             [1, 1]]])
     """
     return confusion_matrix(
         preds, target, "multilabel", threshold, None, num_labels, normalize, ignore_index, validate_args
