@@ -215,248 +215,267 @@ class _MultilabelCurve(_CurveMetric):
 
 @_task_doc
 class BinaryAccuracy(_BinaryStatScores, Accuracy):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import BinaryAccuracy
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> metric = BinaryAccuracy()
-    >>> metric(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import BinaryAccuracy
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> metric = BinaryAccuracy()
+        >>> metric(preds, target)
+        tensor(0.5000)
     """
 
 
 @_task_doc
 class MulticlassAccuracy(_MulticlassStatScores, Accuracy):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MulticlassAccuracy
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> metric = MulticlassAccuracy(num_classes=3)
-    >>> metric(preds, target)
-    tensor(0.8333)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MulticlassAccuracy
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> metric = MulticlassAccuracy(num_classes=3)
+        >>> metric(preds, target)
+        tensor(0.8333)
     """
 
 
 @_task_doc
 class MultilabelAccuracy(_MultilabelStatScores, Accuracy):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MultilabelAccuracy
-    >>> preds, target = (
-    ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-    ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-    ... )
-    >>> metric = MultilabelAccuracy(num_labels=2)
-    >>> metric(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MultilabelAccuracy
+        >>> preds, target = (
+        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
+        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
+        ... )
+        >>> metric = MultilabelAccuracy(num_labels=2)
+        >>> metric(preds, target)
+        tensor(0.5000)
     """
 
 
 @_task_doc
 class BinaryPrecision(_BinaryZeroDivision, Precision):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import BinaryPrecision
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> metric = BinaryPrecision()
-    >>> metric(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import BinaryPrecision
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> metric = BinaryPrecision()
+        >>> metric(preds, target)
+        tensor(0.5000)
     """
 
 
 @_task_doc
 class MulticlassPrecision(_MulticlassZeroDivision, Precision):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MulticlassPrecision
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> metric = MulticlassPrecision(num_classes=3)
-    >>> metric(preds, target)
-    tensor(0.8333)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MulticlassPrecision
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> metric = MulticlassPrecision(num_classes=3)
+        >>> metric(preds, target)
+        tensor(0.8333)
     """
 
 
 @_task_doc
 class MultilabelPrecision(_MultilabelZeroDivision, Precision):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MultilabelPrecision
-    >>> preds, target = (
-    ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-    ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-    ... )
-    >>> metric = MultilabelPrecision(num_labels=2)
-    >>> metric(preds, target)
-    tensor(0.7500)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MultilabelPrecision
+        >>> preds, target = (
+        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
+        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
+        ... )
+        >>> metric = MultilabelPrecision(num_labels=2)
+        >>> metric(preds, target)
+        tensor(0.7500)
     """
 
 
 @_task_doc
 class BinaryRecall(_BinaryZeroDivision, Recall):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import BinaryRecall
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> metric = BinaryRecall()
-    >>> metric(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import BinaryRecall
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> metric = BinaryRecall()
+        >>> metric(preds, target)
+        tensor(0.5000)
     """
 
 
 @_task_doc
 class MulticlassRecall(_MulticlassZeroDivision, Recall):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MulticlassRecall
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> metric = MulticlassRecall(num_classes=3)
-    >>> metric(preds, target)
-    tensor(0.8333)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MulticlassRecall
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> metric = MulticlassRecall(num_classes=3)
+        >>> metric(preds, target)
+        tensor(0.8333)
     """
 
 
 @_task_doc
 class MultilabelRecall(_MultilabelZeroDivision, Recall):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MultilabelRecall
-    >>> preds, target = (
-    ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-    ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-    ... )
-    >>> metric = MultilabelRecall(num_labels=2)
-    >>> metric(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MultilabelRecall
+        >>> preds, target = (
+        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
+        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
+        ... )
+        >>> metric = MultilabelRecall(num_labels=2)
+        >>> metric(preds, target)
+        tensor(0.5000)
     """
 
 
 @_task_doc
 class BinaryF1Score(_BinaryZeroDivision, F1Score):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import BinaryF1Score
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> metric = BinaryF1Score()
-    >>> metric(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import BinaryF1Score
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> metric = BinaryF1Score()
+        >>> metric(preds, target)
+        tensor(0.5000)
     """
 
 
 @_task_doc
 class MulticlassF1Score(_MulticlassZeroDivision, F1Score):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MulticlassF1Score
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> metric = MulticlassF1Score(num_classes=3)
-    >>> metric(preds, target)
-    tensor(0.7778)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MulticlassF1Score
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> metric = MulticlassF1Score(num_classes=3)
+        >>> metric(preds, target)
+        tensor(0.7778)
     """
 
 
 @_task_doc
 class MultilabelF1Score(_MultilabelZeroDivision, F1Score):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MultilabelF1Score
-    >>> preds, target = (
-    ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-    ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-    ... )
-    >>> metric = MultilabelF1Score(num_labels=2)
-    >>> metric(preds, target)
-    tensor(0.5833)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MultilabelF1Score
+        >>> preds, target = (
+        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
+        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
+        ... )
+        >>> metric = MultilabelF1Score(num_labels=2)
+        >>> metric(preds, target)
+        tensor(0.5833)
     """
 
 
 @_task_doc
 class BinarySpecificity(_BinaryStatScores, Specificity):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import BinarySpecificity
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> metric = BinarySpecificity()
-    >>> metric(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import BinarySpecificity
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> metric = BinarySpecificity()
+        >>> metric(preds, target)
+        tensor(0.5000)
     """
 
 
 @_task_doc
 class MulticlassSpecificity(_MulticlassStatScores, Specificity):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MulticlassSpecificity
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> metric = MulticlassSpecificity(num_classes=3)
-    >>> metric(preds, target)
-    tensor(0.8889)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MulticlassSpecificity
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> metric = MulticlassSpecificity(num_classes=3)
+        >>> metric(preds, target)
+        tensor(0.8889)
     """
 
 
 @_task_doc
 class MultilabelSpecificity(_MultilabelStatScores, Specificity):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MultilabelSpecificity
-    >>> preds, target = (
-    ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-    ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-    ... )
-    >>> metric = MultilabelSpecificity(num_labels=2)
-    >>> metric(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MultilabelSpecificity
+        >>> preds, target = (
+        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
+        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
+        ... )
+        >>> metric = MultilabelSpecificity(num_labels=2)
+        >>> metric(preds, target)
+        tensor(0.5000)
     """
 
 
 @_task_doc
 class BinaryStatScores(_BinaryStatScores, StatScores):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import BinaryStatScores
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> metric = BinaryStatScores()
-    >>> metric(preds, target)
-    tensor([1, 1, 1, 1, 2])
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import BinaryStatScores
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> metric = BinaryStatScores()
+        >>> metric(preds, target)
+        tensor([1, 1, 1, 1, 2])
     """
 
 
 @_task_doc
 class MulticlassStatScores(_MulticlassStatScores, StatScores):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MulticlassStatScores
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> metric = MulticlassStatScores(num_classes=3)
-    >>> metric(preds, target)
-    tensor([1.0000, 0.3333, 2.3333, 0.3333, 1.3333])
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MulticlassStatScores
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> metric = MulticlassStatScores(num_classes=3)
+        >>> metric(preds, target)
+        tensor([1.0000, 0.3333, 2.3333, 0.3333, 1.3333])
     """
 
 
 @_task_doc
 class MultilabelStatScores(_MultilabelStatScores, StatScores):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MultilabelStatScores
-    >>> preds, target = (
-    ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-    ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-    ... )
-    >>> metric = MultilabelStatScores(num_labels=2)
-    >>> metric(preds, target)
-    tensor([1.0000, 0.5000, 0.5000, 1.0000, 2.0000])
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MultilabelStatScores
+        >>> preds, target = (
+        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
+        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
+        ... )
+        >>> metric = MultilabelStatScores(num_labels=2)
+        >>> metric(preds, target)
+        tensor([1.0000, 0.5000, 0.5000, 1.0000, 2.0000])
     """
 
 
 @_task_doc
 class BinaryConfusionMatrix(ConfusionMatrix):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import BinaryConfusionMatrix
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> metric = BinaryConfusionMatrix()
-    >>> metric(preds, target)
-    tensor([[1, 1],
-            [1, 1]])
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import BinaryConfusionMatrix
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> metric = BinaryConfusionMatrix()
+        >>> metric(preds, target)
+        tensor([[1, 1],
+                [1, 1]])
     """
 
     def __init__(
@@ -472,15 +491,16 @@ class BinaryConfusionMatrix(ConfusionMatrix):
 
 @_task_doc
 class MulticlassConfusionMatrix(ConfusionMatrix):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MulticlassConfusionMatrix
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> metric = MulticlassConfusionMatrix(num_classes=3)
-    >>> metric(preds, target)
-    tensor([[1, 0, 0],
-            [0, 1, 1],
-            [0, 0, 1]])
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MulticlassConfusionMatrix
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> metric = MulticlassConfusionMatrix(num_classes=3)
+        >>> metric(preds, target)
+        tensor([[1, 0, 0],
+                [0, 1, 1],
+                [0, 0, 1]])
     """
 
     def __init__(
@@ -496,20 +516,21 @@ class MulticlassConfusionMatrix(ConfusionMatrix):
 
 @_task_doc
 class MultilabelConfusionMatrix(ConfusionMatrix):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MultilabelConfusionMatrix
-    >>> preds, target = (
-    ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-    ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-    ... )
-    >>> metric = MultilabelConfusionMatrix(num_labels=2)
-    >>> metric(preds, target)
-    tensor([[[0, 1],
-             [1, 1]],
-    <BLANKLINE>
-            [[1, 0],
-             [1, 1]]])
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MultilabelConfusionMatrix
+        >>> preds, target = (
+        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
+        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
+        ... )
+        >>> metric = MultilabelConfusionMatrix(num_labels=2)
+        >>> metric(preds, target)
+        tensor([[[0, 1],
+                 [1, 1]],
+        <BLANKLINE>
+                [[1, 0],
+                 [1, 1]]])
     """
 
     def __init__(
@@ -526,13 +547,14 @@ class MultilabelConfusionMatrix(ConfusionMatrix):
 
 @_task_doc
 class BinaryAUROC(AUROC):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import BinaryAUROC
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> metric = BinaryAUROC()
-    >>> metric(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import BinaryAUROC
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> metric = BinaryAUROC()
+        >>> metric(preds, target)
+        tensor(0.5000)
     """
 
     def __init__(
@@ -548,43 +570,46 @@ class BinaryAUROC(AUROC):
 
 @_task_doc
 class MulticlassAUROC(_MulticlassCurve, AUROC):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MulticlassAUROC
-    >>> preds, target = (
-    ...     torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]]),
-    ...     torch.tensor([0, 1, 2, 1]),
-    ... )
-    >>> metric = MulticlassAUROC(num_classes=3)
-    >>> metric(preds, target)
-    tensor(0.9583)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MulticlassAUROC
+        >>> preds, target = (
+        ...     torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]]),
+        ...     torch.tensor([0, 1, 2, 1]),
+        ... )
+        >>> metric = MulticlassAUROC(num_classes=3)
+        >>> metric(preds, target)
+        tensor(0.9583)
     """
 
 
 @_task_doc
 class MultilabelAUROC(_MultilabelCurve, AUROC):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MultilabelAUROC
-    >>> preds, target = (
-    ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-    ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-    ... )
-    >>> metric = MultilabelAUROC(num_labels=2)
-    >>> metric(preds, target)
-    tensor(0.7500)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MultilabelAUROC
+        >>> preds, target = (
+        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
+        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
+        ... )
+        >>> metric = MultilabelAUROC(num_labels=2)
+        >>> metric(preds, target)
+        tensor(0.7500)
     """
 
 
 @_task_doc
 class BinaryAveragePrecision(AveragePrecision):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import BinaryAveragePrecision
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> metric = BinaryAveragePrecision()
-    >>> metric(preds, target)
-    tensor(0.7500)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import BinaryAveragePrecision
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> metric = BinaryAveragePrecision()
+        >>> metric(preds, target)
+        tensor(0.7500)
     """
 
     def __init__(
@@ -601,29 +626,31 @@ class BinaryAveragePrecision(AveragePrecision):
 
 @_task_doc
 class MulticlassAveragePrecision(_MulticlassCurve, AveragePrecision):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MulticlassAveragePrecision
-    >>> preds, target = (
-    ...     torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]]),
-    ...     torch.tensor([0, 1, 2, 1]),
-    ... )
-    >>> metric = MulticlassAveragePrecision(num_classes=3)
-    >>> metric(preds, target)
-    tensor(0.9444)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MulticlassAveragePrecision
+        >>> preds, target = (
+        ...     torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]]),
+        ...     torch.tensor([0, 1, 2, 1]),
+        ... )
+        >>> metric = MulticlassAveragePrecision(num_classes=3)
+        >>> metric(preds, target)
+        tensor(0.9444)
     """
 
 
 @_task_doc
 class MultilabelAveragePrecision(_MultilabelCurve, AveragePrecision):
-    """Example:
-    >>> import torch
-    >>> from torchmetrics_diff.classification import MultilabelAveragePrecision
-    >>> preds, target = (
-    ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-    ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-    ... )
-    >>> metric = MultilabelAveragePrecision(num_labels=2)
-    >>> metric(preds, target)
-    tensor(0.9167)
+    """
+    Example:
+        >>> import torch
+        >>> from torchmetrics_diff.classification import MultilabelAveragePrecision
+        >>> preds, target = (
+        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
+        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
+        ... )
+        >>> metric = MultilabelAveragePrecision(num_labels=2)
+        >>> metric(preds, target)
+        tensor(0.9167)
     """

@@ -112,11 +112,12 @@ def binary_accuracy(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> binary_accuracy(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> binary_accuracy(preds, target)
+        tensor(0.5000)
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args)
     return _score("accuracy", preds, target, *args)
@@ -133,11 +134,12 @@ def multiclass_accuracy(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> multiclass_accuracy(preds, target, num_classes=3)
-    tensor(0.8333)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> multiclass_accuracy(preds, target, num_classes=3)
+        tensor(0.8333)
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
     return _score("accuracy", preds, target, *args)
@@ -154,11 +156,12 @@ def multilabel_accuracy(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-    >>> multilabel_accuracy(preds, target, num_labels=2)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+        >>> multilabel_accuracy(preds, target, num_labels=2)
+        tensor(0.5000)
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
     return _score("accuracy", preds, target, *args)
@@ -174,11 +177,12 @@ def binary_precision(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> binary_precision(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> binary_precision(preds, target)
+        tensor(0.5000)
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
     return _score("precision", preds, target, *args)
@@ -196,11 +200,12 @@ def multiclass_precision(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> multiclass_precision(preds, target, num_classes=3)
-    tensor(0.8333)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> multiclass_precision(preds, target, num_classes=3)
+        tensor(0.8333)
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
     return _score("precision", preds, target, *args)
@@ -218,11 +223,12 @@ def multilabel_precision(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-    >>> multilabel_precision(preds, target, num_labels=2)
-    tensor(0.7500)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+        >>> multilabel_precision(preds, target, num_labels=2)
+        tensor(0.7500)
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
     return _score("precision", preds, target, *args)
@@ -238,11 +244,12 @@ def binary_recall(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> binary_recall(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> binary_recall(preds, target)
+        tensor(0.5000)
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
     return _score("recall", preds, target, *args)
@@ -260,11 +267,12 @@ def multiclass_recall(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> multiclass_recall(preds, target, num_classes=3)
-    tensor(0.8333)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> multiclass_recall(preds, target, num_classes=3)
+        tensor(0.8333)
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
     return _score("recall", preds, target, *args)
@@ -282,11 +290,12 @@ def multilabel_recall(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-    >>> multilabel_recall(preds, target, num_labels=2)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+        >>> multilabel_recall(preds, target, num_labels=2)
+        tensor(0.5000)
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
     return _score("recall", preds, target, *args)
@@ -302,11 +311,12 @@ def binary_f1_score(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> binary_f1_score(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> binary_f1_score(preds, target)
+        tensor(0.5000)
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
     return _score("f1", preds, target, *args)
@@ -324,11 +334,12 @@ def multiclass_f1_score(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> multiclass_f1_score(preds, target, num_classes=3)
-    tensor(0.7778)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> multiclass_f1_score(preds, target, num_classes=3)
+        tensor(0.7778)
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
     return _score("f1", preds, target, *args)
@@ -346,11 +357,12 @@ def multilabel_f1_score(
     validate_args: bool = True,
     zero_division: float = 0,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-    >>> multilabel_f1_score(preds, target, num_labels=2)
-    tensor(0.5833)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+        >>> multilabel_f1_score(preds, target, num_labels=2)
+        tensor(0.5833)
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
     return _score("f1", preds, target, *args)
@@ -365,11 +377,12 @@ def binary_specificity(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> binary_specificity(preds, target)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> binary_specificity(preds, target)
+        tensor(0.5000)
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args)
     return _score("specificity", preds, target, *args)
@@ -386,11 +399,12 @@ def multiclass_specificity(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> multiclass_specificity(preds, target, num_classes=3)
-    tensor(0.8889)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> multiclass_specificity(preds, target, num_classes=3)
+        tensor(0.8889)
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
     return _score("specificity", preds, target, *args)
@@ -407,11 +421,12 @@ def multilabel_specificity(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-    >>> multilabel_specificity(preds, target, num_labels=2)
-    tensor(0.5000)
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+        >>> multilabel_specificity(preds, target, num_labels=2)
+        tensor(0.5000)
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
     return _score("specificity", preds, target, *args)
@@ -426,11 +441,12 @@ def binary_stat_scores(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> binary_stat_scores(preds, target)
-    tensor([1, 1, 1, 1, 2])
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> binary_stat_scores(preds, target)
+        tensor([1, 1, 1, 1, 2])
     """
     args = _binary(threshold, multidim_average, ignore_index, validate_args)
     return _stacked(preds, target, args)
@@ -447,11 +463,12 @@ def multiclass_stat_scores(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> multiclass_stat_scores(preds, target, num_classes=3)
-    tensor([1.0000, 0.3333, 2.3333, 0.3333, 1.3333])
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> multiclass_stat_scores(preds, target, num_classes=3)
+        tensor([1.0000, 0.3333, 2.3333, 0.3333, 1.3333])
     """
     args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
     return _stacked(preds, target, args)
@@ -468,11 +485,12 @@ def multilabel_stat_scores(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-    >>> multilabel_stat_scores(preds, target, num_labels=2)
-    tensor([1.0000, 0.5000, 0.5000, 1.0000, 2.0000])
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+        >>> multilabel_stat_scores(preds, target, num_labels=2)
+        tensor([1.0000, 0.5000, 0.5000, 1.0000, 2.0000])
     """
     args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
     return _stacked(preds, target, args)
@@ -487,12 +505,13 @@ def binary_confusion_matrix(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-    >>> binary_confusion_matrix(preds, target)
-    tensor([[1, 1],
-            [1, 1]])
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
+        >>> binary_confusion_matrix(preds, target)
+        tensor([[1, 1],
+                [1, 1]])
     """
     return confusion_matrix(preds, target, "binary", threshold, None, None, normalize, ignore_index, validate_args)
 
@@ -506,13 +525,14 @@ def multiclass_confusion_matrix(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-    >>> multiclass_confusion_matrix(preds, target, num_classes=3)
-    tensor([[1, 0, 0],
-            [0, 1, 1],
-            [0, 0, 1]])
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
+        >>> multiclass_confusion_matrix(preds, target, num_classes=3)
+        tensor([[1, 0, 0],
+                [0, 1, 1],
+                [0, 0, 1]])
     """
     return confusion_matrix(preds, target, "multiclass", 0.5, num_classes, None, normalize, ignore_index, validate_args)
 
@@ -527,15 +547,16 @@ def multilabel_confusion_matrix(
     ignore_index: int | None = None,
     validate_args: bool = True,
 ) -> torch.Tensor:
-    """Example:
-    >>> import torch
-    >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-    >>> multilabel_confusion_matrix(preds, target, num_labels=2)
-    tensor([[[0, 1],
-             [1, 1]],
-    <BLANKLINE>
-            [[1, 0],
-             [1, 1]]])
+    """
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
+        >>> multilabel_confusion_matrix(preds, target, num_labels=2)
+        tensor([[[0, 1],
+                 [1, 1]],
+        <BLANKLINE>
+                [[1, 0],
+                 [1, 1]]])
     """
     return confusion_matrix(
         preds, target, "multilabel", threshold, None, num_labels, normalize, ignore_index, validate_args
