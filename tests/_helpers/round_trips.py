@@ -11,7 +11,8 @@ tensor), which synchronize on a GPU too; on the CPU they are no-ops. Used by the
 
 One read is not counted: the call header's (``distributed._call._host_rows``), which reads a CPU tensor built from
 host values and gathered over a CPU-capable group, so on a GPU it waits for no device either. The counter checks
-that claim every time instead of trusting it: a header read of a tensor that is not on the CPU fails.
+that claim every time instead of trusting it: the header must be read through a NumPy view (which only host memory
+has), and inside it any read of a tensor that is not on the CPU fails.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from torchmetrics_diff.distributed import _call
@@ -76,6 +78,8 @@ def counting() -> Iterator[Counter]:
         header_read = _call._host_rows
 
         def header(*args: Any, **kwargs: Any) -> Any:
+            if not isinstance(args[0], np.ndarray):  # a NumPy view: host memory, nothing to wait for
+                raise AssertionError(f"the call header read a {type(args[0]).__name__}, not a NumPy view of host")
             in_header[0] = True
             try:
                 return header_read(*args, **kwargs)
