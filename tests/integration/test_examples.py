@@ -1,0 +1,49 @@
+"""The example scripts run as their docstrings say, and show what they say they show.
+
+``examples/train_clip_ddp.py`` is ``make demo`` and runs in ``test_torchrun_multinode.py``; this file runs
+``examples/moe_demo.py`` under ``torchrun`` with two CPU processes, as its docstring's command does, and checks the
+effect it describes: per-rank balancing keeps each rank's expert load near uniform, global balancing lets each
+rank's load move away from uniform while the load of all tokens together stays balanced.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 120
+
+
+def _torchrun(script: Path, *args: str) -> str:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        pytest.fail(f"{script.name} did not finish within {TIMEOUT_S}s")
+    assert proc.returncode == 0, f"{script.name} exited with {proc.returncode}:\n{out[-4000:]}"
+    return out
+
+
+def test_moe_demo_global_balancing_balances_the_global_load_not_each_ranks() -> None:
+    out = _torchrun(ROOT / "examples" / "moe_demo.py")
+    spread = re.search(r"from uniform \(sum \|f_i - 1/4\|\): per rank ([\d.]+), global ([\d.]+)", out)
+    assert spread, out
+    per_rank, global_ = map(float, spread.groups())
+    assert per_rank < 0.35 < global_, f"rank loads' distance from uniform: per rank {per_rank}, global {global_}"
+    loads = re.findall(r"global expert load: ([\d. ]+)", out)
+    assert len(loads) == 2, out
+    for line in loads:  # both ways balance the load of every token together
+        values = [float(v) for v in line.split()]
+        assert len(values) == 4 and abs(sum(values) - 1) < 0.02 and max(abs(v - 0.25) for v in values) < 0.1, line
