@@ -2,8 +2,9 @@
 
 ``examples/train_clip_ddp.py`` is ``make demo`` and runs in ``test_torchrun_multinode.py``; this file runs
 ``examples/moe_demo.py`` under ``torchrun`` with two CPU processes, as its docstring's command does, and checks the
-effect it describes: per-rank balancing keeps each rank's expert load near uniform, global balancing lets each
-rank's load move away from uniform while the load of all tokens together stays balanced.
+effect it and docs/losses/moe.rst describe: per-rank balancing keeps each rank's expert load near uniform, global
+balancing lets each rank's load move away from uniform while the load of all tokens together stays balanced, and
+the regression error is lower.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def test_moe_demo_global_balancing_balances_the_global_load_not_each_ranks() -> 
     assert spread, out
     per_rank, global_ = map(float, spread.groups())
     assert per_rank < 0.35 < global_, f"rank loads' distance from uniform: per rank {per_rank}, global {global_}"
+    errors = [float(e) for e in re.findall(r"balancing: regression error ([\d.]+)", out)]
+    assert len(errors) == 2 and errors[1] < errors[0], f"regression error per rank / global: {errors}"
     loads = re.findall(r"global expert load: ([\d. ]+)", out)
     assert len(loads) == 2, out
     for line in loads:  # both ways balance the load of every token together

@@ -92,6 +92,7 @@ def _exchange_metadata(
     op: object = _NO_OP,
     problem: Exception | None = None,
     inline: tuple[torch.Tensor, int] | None = None,
+    want: int = 0,
 ) -> list[_Peer]:
     """Every rank's metadata, through the call's header exchange (:func:`._call.exchange`); validated identically
     everywhere.
@@ -104,7 +105,8 @@ def _exchange_metadata(
 
     ``inline``: this rank's tensor and the group's inline area (:func:`._call.inline_capacity`), which the tensor's
     bytes fit: they are written into the exchange's inline area, and every rank's are then in the table of
-    :func:`._call.inline_buffers` of that size.
+    :func:`._call.inline_buffers` of that size. ``want``: the bytes of a CPU tensor that could ride inline but
+    does not fit the area yet; the header says so, and the group's area grows to fit it for the next calls.
     """
     payload: list[int] = []
     if problem is None:
@@ -118,7 +120,6 @@ def _exchange_metadata(
             *tensor.shape,
         ]
     labels = _rank_labels(group, world)
-    want = 0
     if inline is not None:
         data, capacity = inline
         want = data.numel() * data.element_size()
@@ -142,13 +143,20 @@ def _exchange_metadata(
     return peers
 
 
+def _row_bytes(tensor: torch.Tensor) -> int:
+    """The bytes ``tensor`` would take in the call header's inline area: those of a CPU tensor of a real,
+    non-boolean dtype; 0 for any other (it never rides inline)."""
+    if tensor.device.type != "cpu" or tensor.dtype == torch.bool or tensor.is_complex():
+        return 0
+    return tensor.numel() * tensor.element_size()
+
+
 def _inline_bytes(tensor: torch.Tensor, group: Group) -> tuple[torch.Tensor, int] | None:
     """``tensor`` (detached) and the group's inline area when it rides in the call's header exchange: a CPU tensor
     of a real, non-boolean dtype whose bytes fit; else ``None`` (the data then moves in a collective of its own)."""
-    if tensor.device.type != "cpu" or tensor.dtype == torch.bool or tensor.is_complex():
-        return None
+    size = _row_bytes(tensor)
     capacity = inline_capacity(group)
-    if tensor.numel() * tensor.element_size() > capacity:
+    if size == 0 or size > capacity:
         return None
     return tensor.detach(), capacity
 
@@ -347,7 +355,10 @@ def _reduce_across(
     tensor: torch.Tensor, op: str, group: Group, world: int, grad: str, problem: Exception | None
 ) -> torch.Tensor:
     inline = _inline_bytes(tensor, group) if problem is None else None
-    peers = _exchange_metadata("all_reduce", tensor, group, world, grad, op=op, problem=problem, inline=inline)
+    want = _row_bytes(tensor) if problem is None else 0  # (a larger CPU tensor grows the area for the next calls)
+    peers = _exchange_metadata(
+        "all_reduce", tensor, group, world, grad, op=op, problem=problem, inline=inline, want=want
+    )
     _check_agree("all_reduce", peers, _rank_labels(group, world), "shape", lambda p: p.shape)
     _check_op_dtype(op, tensor.dtype)  # dtypes agree by now: every rank raises alike
     wants = any(p.requires_grad for p in peers)  # min/max tie counting is a collective: decide globally

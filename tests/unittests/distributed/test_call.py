@@ -124,6 +124,18 @@ def _area_body(rank: int, world: int) -> dict[str, Any]:
             huge.compute()
         counts.append(len(log))
     out["huge counts"], out["after huge"] = counts, _call.inline_capacity(None)
+    # an all_reduce of a CPU tensor larger than the area: its header asks for room, so the next ones ride inline
+    x = torch.rand(2000, generator=g, dtype=torch.float64, requires_grad=True)
+    counts, sums, grads = [], [], []
+    for _ in range(3):
+        with record_collectives() as log:
+            total = all_reduce(x * 3.0)
+        counts.append(len(log))
+        (grad,) = torch.autograd.grad(total.sum(), x)
+        sums.append(total.detach())
+        grads.append(grad)
+    out["reduce counts"], out["reduce sums"], out["reduce grads"] = counts, sums, grads
+    out["reduce input"] = x.detach()
     return out
 
 
@@ -145,3 +157,9 @@ def test_the_inline_area_grows_to_the_rows_calls_want_and_shrinks_back() -> None
         assert res["shrunk"] == _call.INLINE_BYTES, f"rank {rank}: area after {_call._WINDOW} small calls"
         assert res["huge counts"][1:] == [2, 2], f"rank {rank}: header + row: {res['huge counts']}"
         assert res["after huge"] == _call.INLINE_BYTES, f"rank {rank}: {res['after huge']}"
+        # header + all-reduce, then the rows inside the header exchange: the same sums and (local) gradients
+        assert res["reduce counts"] == [2, 1, 1], f"rank {rank}: {res['reduce counts']}"
+        want = 3.0 * (results[0]["reduce input"] + results[1]["reduce input"])
+        for total, grad in zip(res["reduce sums"], res["reduce grads"]):
+            torch.testing.assert_close(total, want, rtol=1e-15, atol=0)
+            torch.testing.assert_close(grad, torch.full_like(grad, 3.0), rtol=0, atol=0)
