@@ -44,13 +44,19 @@ PROBS_OVER = ("global", "local")
 class LoadBalancingStats(NamedTuple):
     """The sufficient statistics of the load-balancing loss of one or several layers (sums over tokens).
 
-    Shapes ``(E,)``, ``(E,)`` and ``()`` for one layer, ``(L, E)``, ``(L, E)`` and ``(L,)`` for ``L`` layers, in the
-    accumulation dtype of the probabilities (at least float32). Statistics of disjoint token sets add up.
+    Statistics of disjoint token sets add up. Every field is in the accumulation dtype of the probabilities (at
+    least float32).
+
+    Attributes:
+        counts: the assignments routed to each expert (detached), shape ``(E,)``, or ``(L, E)`` for ``L`` layers.
+        prob_sums: the sum over the tokens of each expert's router probability (with the probabilities' graph),
+            shape ``(E,)`` or ``(L, E)``.
+        tokens: the number of (unmasked) tokens, 0-d, or ``(L,)``.
     """
 
-    counts: Tensor  #: assignments routed to each expert (detached)
-    prob_sums: Tensor  #: sum of each expert's router probability over the tokens (with the probabilities' graph)
-    tokens: Tensor  #: the number of (unmasked) tokens
+    counts: Tensor
+    prob_sums: Tensor
+    tokens: Tensor
 
 
 # ------------------------------------------------------------------------------------------------ checks

@@ -238,6 +238,8 @@ class RouterZLoss(GlobalMeanLoss):
     identical on every rank, with the one-big-device gradient; ``compute()`` is the mean over every token seen.
 
     Args:
+        dist_sync_on_step: normalize by the token count of every rank (default ``True``); ``False``: this rank's
+            mean.
         kwargs: :class:`GlobalMeanLoss` keyword arguments.
 
     Example:
