@@ -69,6 +69,8 @@ def main() -> None:
         (out / "final.json").write_text(json.dumps({"final_weight_norm": norm, "world": fabric.world_size}))
     for logger in fabric.loggers:
         logger.finalize("success")
+    fabric.barrier()
+    torch.distributed.destroy_process_group()  # (a gloo group left to the interpreter's exit can abort it)
 
 
 if __name__ == "__main__":
