@@ -40,8 +40,9 @@ class BaseAggregator(Metric):
         fn: the reduction across ranks of the one state (a reduction name or a callable, as in
             :meth:`~torchmetrics_diff.Metric.add_state`).
         default_value: the state's default (a tensor, or ``[]`` for a list state).
-        nan_strategy: ``"error"`` raises on NaN, ``"warn"`` (default) warns and drops NaNs, ``"ignore"`` drops
-            them silently, ``"disable"`` skips the check (fastest), a float replaces them.
+        nan_strategy: ``"error"`` raises on NaN, ``"warn"`` (default) warns and drops NaNs (under
+            ``torch.compile``: drops them without a warning), ``"ignore"`` drops them silently, ``"disable"``
+            skips the check (fastest), a float replaces them.
         state_name: attribute name of the state (default ``"value"``).
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
@@ -95,9 +96,12 @@ class BaseAggregator(Metric):
             return None
         nans = torch.isnan(value) if weight is None else torch.isnan(value) | torch.isnan(weight)
         if compiling() and (
-            isinstance(self.nan_strategy, float) or (self.nan_strategy == "ignore" and self._neutral is not None)
+            isinstance(self.nan_strategy, float)
+            or (self.nan_strategy in ("warn", "ignore") and self._neutral is not None)
         ):
-            return ~nans  # traced: NaNs replaced whatever the data (_replace_or_drop), no host decision
+            # traced: NaNs replaced whatever the data (_replace_or_drop), no host decision; "warn" drops them as
+            # "ignore" does, without the warning (a host read, which traced code never makes)
+            return ~nans
         if not compiling() and self._nans_on_device():
             keep = ~nans
             if self.nan_strategy == "warn":
@@ -204,7 +208,7 @@ class BaseAggregator(Metric):
         """Its NaNs replaced by the ``nan_strategy`` float, or the entries not kept dropped."""
         if isinstance(self.nan_strategy, float):
             return torch.where(torch.isnan(value), torch.full_like(value, self.nan_strategy), value)
-        if self._neutral is not None and (not compiling() or self.nan_strategy == "ignore"):
+        if self._neutral is not None and (not compiling() or self.nan_strategy in ("warn", "ignore")):
             # a NaN counts as the neutral element (traced "ignore"; eager "warn" and "ignore"): no data-dependent shape
             return torch.where(keep, value, torch.full_like(value, self._neutral))
         return value[keep]

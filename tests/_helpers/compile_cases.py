@@ -98,6 +98,7 @@ def _composed() -> Any:
 CASES: dict[str, Case] = {
     "SumMetric": Case(lambda: T.SumMetric(nan_strategy="disable"), _values),
     "MeanMetric": Case(lambda: T.MeanMetric(nan_strategy="ignore"), _values),
+    "MeanMetric-default": Case(lambda: T.MeanMetric(), _values),  # nan_strategy="warn"
     "MaxMetric": Case(lambda: T.MaxMetric(nan_strategy="error"), _values),
     "MinMetric": Case(lambda: T.MinMetric(nan_strategy=0.0), _values),
     "CatMetric": Case(lambda: T.CatMetric(nan_strategy="disable"), _values),

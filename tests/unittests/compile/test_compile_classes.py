@@ -179,9 +179,8 @@ def test_bad_values_raise_under_compile(make: Any, args: tuple, eager_error: typ
 
 
 def _step_objects() -> list[tuple[Any, tuple]]:
-    """Metric and loss objects of 19 classes with the batch each takes. Nine of them step out of the graph
-    inside their ``forward`` (the aggregators' default ``nan_strategy="warn"`` decides on the host in
-    ``update``; list states run eagerly): Dynamo compiles those ``forward`` frames one per class."""
+    """Metric and loss objects of 19 classes with the batch each takes, the aggregators with their default
+    ``nan_strategy="warn"`` (which compiles in one graph, as ``"ignore"``)."""
     names = [
         "CatMetric", "AUROC", "RetrievalRecallAtK", "RetrievalMAPAtK", "CosineSimilarity-none",
         "Accuracy", "F1Score", "ConfusionMatrix", "R2Score", "PearsonCorrCoef", "Perplexity", "MeanSquaredError",
