@@ -75,7 +75,8 @@ _COUNTS: dict[int, list[Any]] = {}
 # the group each group's headers travel over (itself, or a gloo twin), by id of the group object
 _HOSTS: dict[int, tuple[Any, Any]] = {}
 _FORCE_TWIN = False  # tests: give gloo groups a twin too, so that the twin path runs without NCCL
-# the header exchange's (send, receive, NumPy view of the send header) buffers, by (world size, inline bytes)
+# the header exchange's (send, receive, NumPy views of the send header and of the received headers) buffers, by
+# (world size, inline bytes)
 _BUFFERS: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, Any, Any]] = {}
 # their inline areas (send, table): the same view objects every call, so callers can tell a new buffer by identity
 _INLINE: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
