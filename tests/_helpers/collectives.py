@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from torchmetrics_diff.distributed import _backend
+from torchmetrics_diff.distributed import _backend, _hosts
 
 _DIST_NAMES = (
     "all_reduce",
@@ -108,6 +108,8 @@ def record_collectives(on_call: Callable[[str], Any] | None = None) -> Iterator[
         wrap(distributed_c10d, name, name)
     wrap(_backend, "_all_gather_flat", "_all_gather_flat")
     wrap(_backend, "_reduce_scatter_flat", "_reduce_scatter_flat")
+    wrap(_hosts, "all_gather", "_all_gather_flat")  # a call header's full exchange (over the group or its twin)
+    wrap(_hosts, "max_reduce", "host_max_reduce")
     try:
         from torch.distributed import _functional_collectives as funcol
     except ImportError:  # pragma: no cover - every supported torch has it

@@ -103,7 +103,7 @@ def _worker(
             fn, args, kwargs = pickle.loads(blob)
             # every task starts with fresh call counts on every rank: a task that left one rank a call ahead (a
             # mismatch test, a timeout test) must not make the next task's ranks look like different calls
-            _call._COUNTS.clear()
+            _call.reset_groups()
             value = fn(rank, world_size, *args, **kwargs)
             try:
                 payload = pickle.dumps(value)

@@ -33,15 +33,19 @@ collective of its own on the device.
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
-from torchmetrics_diff.distributed._backend import Group, all_gather_flat
+from torchmetrics_diff.distributed import _hosts
+from torchmetrics_diff.distributed._backend import Group
 from torchmetrics_diff.distributed._failure import peers_failed
+from torchmetrics_diff.distributed._hosts import Host, make_host
 
 #: int64 per rank in every header exchange: the same for every call, so ranks in different calls still meet
 HEADER_INTS = 64
@@ -61,6 +65,25 @@ EXCHANGE_BYTES = 8 * HEADER_INTS + INLINE_BYTES
 _MAGIC = 0x7444_6966_6643_6C6C  # never a sequence number or a small count: a rank in a foreign protocol shows
 _READY, _FAILED = 0, 1
 
+#: the values of :func:`set_checks`: what the package checks before each call's data moves
+CHECKS = ("full", "steady", "off")
+#: under ``"steady"``, groups of at most this many ranks exchange full headers (an all-gather of about 2 KiB per
+#: rank, which also carries small CPU data); larger groups exchange a fixed-size fingerprint instead
+FULL_HEADER_MAX_RANKS = 8
+_AGREED_PER_NAME = 8  # agreed tables remembered per call name (several objects may make calls of one name)
+_FULL, _FINGERPRINT, _OFF = 0, 1, 2  # how a call's header travels (see _GroupState.transport)
+_IDS = 5  # the fingerprint's identity ints: sequence, count, name (2), agreed table
+
+
+def _checks_from_environment() -> str:
+    mode = os.environ.get("TORCHMETRICS_DIFF_CHECKS", "steady").strip().lower()
+    if mode not in CHECKS:
+        raise ValueError(f"TORCHMETRICS_DIFF_CHECKS must be one of {CHECKS}; got {mode!r}")
+    return mode
+
+
+_default_checks = _checks_from_environment()
+
 # the entry point a collective runs for ("CLIPLoss.forward"), set by the loss classes: names the call (see enter)
 _caller = ""
 _caller_count = 0
@@ -68,18 +91,99 @@ _caller_count = 0
 # call counts restart from it, so the ranks agree again after an error they all raised (see fresh_count)
 _epoch = 0
 
-# per group (by id of the group object, with a weak reference to tell a live group from a new one at that id):
-# [weakref, calls so far, {name: calls of that name so far}, the error epoch those counts belong to,
-#  the inline area's bytes, the largest inline row wanted by each of the last _WINDOW exchanges]
-_COUNTS: dict[int, list[Any]] = {}
-# the group each group's headers travel over (itself, or a gloo twin), by id of the group object
-_HOSTS: dict[int, tuple[Any, Any]] = {}
-_FORCE_TWIN = False  # tests: give gloo groups a twin too, so that the twin path runs without NCCL
-# the header exchange's (send, receive, NumPy views of the send header and of the received headers) buffers, by
-# (world size, inline bytes)
-_BUFFERS: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, Any, Any]] = {}
-# their inline areas (send, table): the same view objects every call, so callers can tell a new buffer by identity
-_INLINE: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+class _Agreed:
+    """A table of every rank's payload that a full exchange returned, remembered under this rank's own payload."""
+
+    __slots__ = ("ident", "rows")
+
+    def __init__(self, rows: list[list[int]]) -> None:
+        self.rows = rows  # returned as is by every steady call that agrees on it: callers may cache by identity
+        self.ident = hash(tuple(map(tuple, rows))) & 0x3FFF_FFFF_FFFF_FFFF or 1  # the same on every rank
+
+
+class _GroupState:
+    """Everything the package keeps per process group: counts, the inline area, the host, the checks, the tables.
+
+    Made at the group's first call (see :func:`_state`), held by id of the group object with a weak reference that
+    tells a live group from a new one at that id.
+    """
+
+    __slots__ = (
+        "agreed",
+        "checks",
+        "epoch",
+        "fingerprint",
+        "host",
+        "inline",
+        "names",
+        "rank",
+        "recent",
+        "ref",
+        "seq",
+        "size",
+        "view",
+    )
+
+    def __init__(self, pg: Any) -> None:
+        try:
+            self.ref: Callable[[], Any] = weakref.ref(pg)
+        except TypeError:  # a group object without weak references: held for the process's lifetime
+            self.ref = (lambda obj: lambda: obj)(pg)
+        self.size, self.rank = dist.get_world_size(pg), dist.get_rank(pg)
+        self.seq = 0  # calls on the group so far
+        self.names: dict[str, int] = {}  # calls of each name so far (in the current error epoch)
+        self.epoch = _epoch
+        self.inline = INLINE_BYTES  # the inline area's bytes (full headers only)
+        self.recent: list[int] = []  # the largest inline row wanted by each of the last _WINDOW exchanges
+        self.host: Host | None = None  # made at the first exchange
+        self.checks: str | None = None  # this group's mode (set_checks); None: the process's default
+        self.agreed: dict[str, dict[tuple[int, ...], _Agreed]] = {}  # by call name, by this rank's payload
+        self.fingerprint = torch.zeros(2 * _IDS + 1, dtype=torch.int64)
+        self.view = self.fingerprint.numpy()
+
+    def transport(self) -> int:
+        """How this group's headers travel now: full headers, a fingerprint, or nothing (checks off)."""
+        mode = self.checks or _default_checks
+        if mode == "off":
+            return _OFF
+        if mode == "full" or self.size <= FULL_HEADER_MAX_RANKS:
+            return _FULL
+        return _FINGERPRINT
+
+    def next_count(self, name: str) -> tuple[int, int]:
+        """This process's (calls on the group so far, calls of ``name`` so far), then counts this one. The counts
+        of names restart after an error of a header exchange, as objects' counts do (:func:`fresh_count`)."""
+        if self.epoch != _epoch:
+            self.names, self.epoch = {}, _epoch
+        seq, count = self.seq, self.names.get(name, 0)
+        self.seq, self.names[name] = seq + 1, count + 1
+        return seq, count
+
+    def resize(self, rows: list[list[int]]) -> None:
+        """After a full exchange every rank passed: the inline area becomes the largest row wanted over the last
+        :data:`_WINDOW` exchanges (rounded up to :data:`_STEP`; a row over :data:`MAX_INLINE_BYTES` never fits and
+        counts as none), growing at once and shrinking when it is under half the area (so it does not flap)."""
+        wanted = max(h[5] for h in rows)
+        recent = self.recent
+        recent.append(wanted if wanted <= MAX_INLINE_BYTES else 0)
+        if len(recent) > _WINDOW:
+            del recent[0]
+        need = max(recent)
+        size = INLINE_BYTES if need <= INLINE_BYTES else min(-(-need // _STEP) * _STEP, MAX_INLINE_BYTES)
+        if size > self.inline or 2 * size <= self.inline:
+            self.inline = size
+
+    def remember(self, name: str, key: tuple[int, ...], rows: list[list[int]]) -> None:
+        tables = self.agreed.setdefault(name, {})
+        tables.pop(key, None)
+        if len(tables) >= _AGREED_PER_NAME:
+            del tables[next(iter(tables))]
+        tables[key] = _Agreed(rows)
+
+
+# per group, by id of the group object (see _GroupState)
+_GROUPS: dict[int, _GroupState] = {}
 
 
 def enter(name: str, count: int) -> None:
@@ -120,78 +224,97 @@ def call_name(op: str) -> str:
     return f"{_caller}: {op}" if _caller else op
 
 
-def _world_group() -> Any:
-    return dist.GroupMember.WORLD
+def _state(group: Group) -> _GroupState:
+    """The group's :class:`_GroupState`, made at its first call."""
+    pg = dist.GroupMember.WORLD if group is None else group
+    state = _GROUPS.get(id(pg))
+    if state is None or state.ref() is not pg:
+        state = _GROUPS[id(pg)] = _GroupState(pg)
+    return state
 
 
-def _entry(group: Group) -> list[Any]:
-    """The group's counts and inline area (see :data:`_COUNTS`), made at its first call."""
-    pg = _world_group() if group is None else group
-    entry = _COUNTS.get(id(pg))
-    if entry is None or entry[0]() is not pg:
-        try:
-            ref: Any = weakref.ref(pg)
-        except TypeError:  # a group object without weak references: held for the process's lifetime
-            ref = (lambda obj: lambda: obj)(pg)
-        entry = _COUNTS[id(pg)] = [ref, 0, {}, _epoch, INLINE_BYTES, []]
-    return entry
+def reset_groups() -> None:
+    """Forget every group's state (counts, tables, hosts): for a harness that starts each task afresh."""
+    _GROUPS.clear()
+
+
+def host(group: Group) -> Host:
+    """The :class:`~._hosts.Host` a call's header on ``group`` travels over, made at the group's first call."""
+    return _host_of(_state(group))
+
+
+def _host_of(state: _GroupState) -> Host:
+    if state.host is None:
+        state.host = make_host(state.ref(), state.rank, state.size)
+    return state.host
+
+
+def set_checks(mode: str, group: Group = None, *, default: bool = False) -> None:
+    """Choose what the package checks before each communicating call on ``group`` moves its data.
+
+    Every rank of the group must choose the same. See :doc:`/guide/scaling` for each mode's guarantees and cost.
+
+    Args:
+        mode: ``"steady"`` (the default): groups of up to :data:`FULL_HEADER_MAX_RANKS` ranks exchange every
+            rank's header (as ``"full"``); larger ones a fixed-size fingerprint of the call, reduced in
+            ``ceil(log2 W)`` rounds, and every rank's header only on a call whose metadata changed on some rank,
+            whose fingerprint differs between ranks, or where a rank failed: the same errors as ``"full"``, in the
+            same call. ``"full"``: every rank's header on every call (``W`` x 512 bytes or more per call).
+            ``"off"``: nothing after the first call of each kind: no host work or exchange, and no protection (a
+            rank in another call, or whose shapes changed, makes the backend hang or fail, as raw collectives do;
+            a rank whose own metadata changed raises here).
+        group: the process group (default ``None``: the default group).
+        default: set the process's default for every group without a mode of its own instead (``group`` is
+            then ignored); the environment variable ``TORCHMETRICS_DIFF_CHECKS`` sets it at import.
+
+    Raises:
+        ValueError: ``mode`` is not one of :data:`CHECKS`.
+
+    Example:
+        >>> from torchmetrics_diff.distributed import get_checks, set_checks
+        >>> set_checks("full", default=True)
+        >>> get_checks()
+        'full'
+        >>> set_checks("steady", default=True)
+    """
+    global _default_checks
+    if mode not in CHECKS:
+        raise ValueError(f"`mode` must be one of {CHECKS}; got {mode!r}")
+    if default:
+        _default_checks = mode
+        return
+    _state(group).checks = mode
+
+
+def get_checks(group: Group = None) -> str:
+    """The checks mode of ``group`` (see :func:`set_checks`); the process's default without a process group.
+
+    Args:
+        group: the process group (default ``None``: the default group).
+
+    Returns:
+        ``"full"``, ``"steady"`` or ``"off"``.
+
+    Example:
+        >>> from torchmetrics_diff.distributed import get_checks
+        >>> get_checks()
+        'steady'
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return _default_checks
+    return _state(group).checks or _default_checks
 
 
 def inline_capacity(group: Group) -> int:
     """The bytes of the inline area of the next header exchange on ``group``: a caller whose CPU row is no larger
-    writes it there (:func:`inline_buffers`) and its call is one collective.
+    writes it there (:func:`inline_buffers`) and its call is one collective. 0 when the group's headers are
+    fingerprints (or off): the data then always moves in a collective of its own.
 
     The same on every rank: it follows from the ``want`` of the exchanges every rank saw (an exchange that raised
     changes nothing), so ranks that reach different calls still send as many bytes as each other.
     """
-    return _entry(group)[4]
-
-
-def _resize(entry: list[Any], rows: list[list[int]]) -> None:
-    """After an exchange every rank passed: the group's inline area becomes the largest row wanted over the last
-    :data:`_WINDOW` exchanges (rounded up to :data:`_STEP`; a row over :data:`MAX_INLINE_BYTES` never fits and
-    counts as none), growing at once and shrinking when it is under half the area (so it does not flap)."""
-    wanted = max(h[5] for h in rows)
-    recent = entry[5]
-    recent.append(wanted if wanted <= MAX_INLINE_BYTES else 0)
-    if len(recent) > _WINDOW:
-        del recent[0]
-    need = max(recent)
-    size = INLINE_BYTES if need <= INLINE_BYTES else min(-(-need // _STEP) * _STEP, MAX_INLINE_BYTES)
-    if size > entry[4] or 2 * size <= entry[4]:
-        entry[4] = size
-
-
-def _next_count(group: Group, name: str) -> tuple[int, int]:
-    """This process's (calls on ``group`` so far, calls of ``name`` so far), then counts this one. The counts of
-    names restart after an error of a header exchange, as objects' counts do (:func:`fresh_count`)."""
-    entry = _entry(group)
-    if entry[3] != _epoch:
-        entry[2], entry[3] = {}, _epoch
-    seq, names = entry[1], entry[2]
-    count = names.get(name, 0)
-    entry[1], names[name] = seq + 1, count + 1
-    return seq, count
-
-
-def host_group(group: Group) -> Group:
-    """The group the header of a call on ``group`` travels over: one that carries CPU tensors.
-
-    ``group`` itself when its backend has gloo (or MPI); else (NCCL alone) a gloo group over the same ranks, made
-    once per group (every member makes it at its first call on the group, as every member reaches the same header
-    exchange). Remembered per group object.
-    """
-    pg = _world_group() if group is None else group
-    known = _HOSTS.get(id(pg))
-    if known is not None and known[0] is pg:
-        return known[1]
-    backend = str(dist.get_backend(pg))
-    if not _FORCE_TWIN and ("gloo" in backend or "mpi" in backend):
-        host = group
-    else:
-        host = dist.new_group(ranks=dist.get_process_group_ranks(pg), backend="gloo", use_local_synchronization=True)
-    _HOSTS[id(pg)] = (pg, host)
-    return host
+    state = _state(group)
+    return state.inline if state.transport() == _FULL else 0
 
 
 @functools.lru_cache(maxsize=1024)  # a few names per program, each encoded once
@@ -200,9 +323,23 @@ def _encode(name: str) -> tuple[int, ...]:
     return tuple(int.from_bytes(raw[i : i + 8], "little", signed=True) for i in range(0, len(raw), 8))
 
 
+@functools.lru_cache(maxsize=1024)
+def _name_ids(name: str) -> tuple[int, int]:
+    """Two non-negative 62-bit ints that stand for ``name`` in a fingerprint (whole, not truncated)."""
+    digest = hashlib.blake2b(name.encode("utf-8", "replace"), digest_size=16).digest()
+    return int.from_bytes(digest[:8], "little") >> 2, int.from_bytes(digest[8:], "little") >> 2
+
+
 def _decode(ints: Sequence[int]) -> str:
     raw = b"".join(int(i).to_bytes(8, "little", signed=True) for i in ints)
     return raw.rstrip(b"\0").decode("ascii", "replace")
+
+
+# the header exchange's (send, receive, NumPy views of the send header and of the received headers) buffers, by
+# (world size, inline bytes)
+_BUFFERS: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, Any, Any]] = {}
+# their inline areas (send, table): the same view objects every call, so callers can tell a new buffer by identity
+_INLINE: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def _buffers(world: int, inline: int) -> tuple[torch.Tensor, torch.Tensor, Any, Any]:
@@ -255,7 +392,7 @@ def exchange(
     *,
     failed: bool = False,
     who: str | None = None,
-    labels: Sequence[str] | None = None,
+    labels: Sequence[str] | Callable[[], Sequence[str]] | None = None,
     sync: bool = False,
     count: int | None = None,
     want: int = 0,
@@ -268,7 +405,8 @@ def exchange(
         group: the call's process group; ``world`` its size (> 1).
         failed: this rank found a problem and joins only so its peers raise; it raises its own error after.
         who: the name errors about failed peers start with (default: the call's name).
-        labels: how to name each rank in errors (default ``"rank i"``).
+        labels: how to name each rank in errors (default ``"rank i"``), or a function that returns them (called
+            only when an error needs them).
         sync: word a failed peer as a state sync does (``True``) or as a collective does.
         count: how many calls the calling object made before (a metric's syncs): two objects of one class are
             then told apart; default: the entry point's count (:func:`enter`), else the calls of this name.
@@ -276,36 +414,95 @@ def exchange(
             such rows (:func:`inline_capacity`).
 
     Returns:
-        Every rank's payload, by rank (only when no rank failed and every rank is in this call).
+        Every rank's payload, by rank (only when no rank failed and every rank is in this call). When every rank's
+        payload is the same as at an earlier call of this name that they all agreed on, the very list returned
+        then (callers may cache what they derive from it by its identity; it must not be modified).
 
     Raises:
         RuntimeError: on every rank alike, when a peer failed (naming it) or when ranks are in different calls
-            (naming each rank's call and how many calls each made).
+            (naming each rank's call and how many calls each made); with checks ``"off"``, on this rank alone when
+            its own metadata changed since the first call of this name.
     """
     if len(payload) > PAYLOAD:
         raise ValueError(f"a call header carries at most {PAYLOAD} ints; got {len(payload)}")
     name = call_name(op)
-    entry = _entry(group)
-    seq, named = _next_count(group, name)
+    state = _state(group)
+    seq, named = state.next_count(name)
     if count is None:
         count = _caller_count if _caller else named
+    transport = state.transport()
+    if transport == _FULL:
+        return _full(state, name, payload, seq, count, failed, want, state.inline, who, labels, sync)
+    key = tuple(payload)
+    known = state.agreed.get(name, {}).get(key)
+    if transport == _OFF:
+        if failed:  # nobody listens: this rank raises its own error (its peers wait for their timeout)
+            _failed_exchange()
+            return []
+        if known is not None:
+            return known.rows
+        if state.agreed.get(name):
+            leave()
+            raise RuntimeError(
+                f"{name}: with checks 'off' the metadata of a call must not change after its first call (shapes, "
+                f"dtypes, rows); this rank's is now {list(key)}, earlier {list(next(iter(state.agreed[name])))}. "
+                "Its peers are not told and will wait in the data collective; use checks 'steady' for changing shapes"
+            )
+    elif _fingerprint(state, seq, count, name, None if failed else known):
+        return known.rows  # type: ignore[union-attr]  # (the fingerprint agrees only on a known table)
+    rows = _full(state, name, payload, seq, count, failed, want, 0, who, labels, sync)
+    if rows:
+        state.remember(name, key, rows)
+    return rows
+
+
+def _fingerprint(state: _GroupState, seq: int, count: int, name: str, known: _Agreed | None) -> bool:
+    """Whether every rank is in this call (the same sequence number, count and name) and proposes the same agreed
+    table of payloads (``known``: this rank's, ``None`` when it has none or failed): one fixed-size max-reduction of
+    ``(ids, -ids, changed)``, whose maximum ``ids`` equal minus the maximum ``-ids`` exactly when every rank sent
+    the same ids."""
+    first, second = _name_ids(name)
+    ident = known.ident if known is not None else 0
+    view = state.view
+    view[:] = (seq, count, first, second, ident, -seq, -count, -first, -second, -ident, int(known is None))
+    _hosts.max_reduce(_host_of(state), state.fingerprint)
+    got = view.tolist()
+    return got[2 * _IDS] == 0 and all(got[i] == -got[_IDS + i] for i in range(_IDS))
+
+
+def _full(
+    state: _GroupState,
+    name: str,
+    payload: Sequence[int],
+    seq: int,
+    count: int,
+    failed: bool,
+    want: int,
+    inline: int,
+    who: str | None,
+    labels: Sequence[str] | Callable[[], Sequence[str]] | None,
+    sync: bool,
+) -> list[list[int]]:
+    """Every rank's header, all-gathered, checked identically on every rank."""
+    world = state.size
     header = [_MAGIC, seq, count, _FAILED if failed else _READY, len(payload), want, *_encode(name), *payload]
-    send, table, ints, heads = _buffers(world, entry[4])
+    send, table, ints, heads = _buffers(world, inline)
     ints[: len(header)] = header  # (a NumPy view of the send buffer's header: no tensor made per call)
-    all_gather_flat(table, send, host_group(group))
+    _hosts.all_gather(_host_of(state), table, send)
     rows = _host_rows(heads)
-    labels = labels or [f"rank {r}" for r in range(world)]
     if failed:  # this rank raises its own error next: its entry point ends there
         _failed_exchange()
         return []
     bad = [r for r, h in enumerate(rows) if h[0] == _MAGIC and h[3] == _FAILED]
-    if bad:
+    if bad or any(h[0] != _MAGIC or h[1:3] != rows[0][1:3] or h[6:_FIXED] != rows[0][6:_FIXED] for h in rows):
         _failed_exchange()
-        raise peers_failed(who or name, [labels[r] if not sync else r for r in bad], sync=sync)
-    if any(h[0] != _MAGIC or h[1:3] != rows[0][1:3] or h[6:_FIXED] != rows[0][6:_FIXED] for h in rows):
-        _failed_exchange()
-        raise _different_calls(rows, labels)
-    _resize(entry, rows)
+        names = labels() if callable(labels) else labels
+        names = names or [f"rank {r}" for r in range(world)]
+        if bad:
+            raise peers_failed(who or name, [names[r] if not sync else r for r in bad], sync=sync)
+        raise _different_calls(rows, names)
+    if inline:
+        state.resize(rows)
     return [h[_FIXED : _FIXED + h[4]] for h in rows]
 
 

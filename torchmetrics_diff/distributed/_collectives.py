@@ -93,7 +93,7 @@ def _exchange_metadata(
     problem: Exception | None = None,
     inline: tuple[torch.Tensor, int] | None = None,
     want: int = 0,
-) -> list[_Peer]:
+) -> _Meta:
     """Every rank's metadata, through the call's header exchange (:func:`._call.exchange`); validated identically
     everywhere.
 
@@ -119,15 +119,18 @@ def _exchange_metadata(
             GRAD_MODES.index(grad),
             *tensor.shape,
         ]
-    labels = _rank_labels(group, world)
     if inline is not None:
         data, capacity = inline
         want = data.numel() * data.element_size()
         send, _ = inline_buffers(world, capacity)
         send[:want].view(data.dtype).view(data.shape).copy_(data)  # (any strides; the area is 8-byte aligned)
+    labels = functools.partial(_rank_labels, group, world)
     rows = exchange(fn, payload, group, world, failed=problem is not None, labels=labels, want=want)
     if problem is not None:
         raise problem
+    known = _METAS.get(fn)
+    if known is not None and known.rows is rows:  # the table of an earlier call that every rank agreed on again
+        return known
     peers = [
         _Peer(row[0], dtype_from_code(row[1]), bool(row[2]), row[3], row[4], tuple(row[_FIXED : _FIXED + row[0]]))
         for row in rows
@@ -140,7 +143,41 @@ def _exchange_metadata(
     if grad == "sync":
         # A rank whose input needs no gradient would skip the backward collective and hang the others.
         check("requires_grad (grad='sync' runs a collective in backward)", lambda p: p.requires_grad)
-    return peers
+    if fn == "all_gather_cat":
+        check("trailing dimensions", lambda p: p.shape[1:])
+    elif fn == "all_reduce":
+        check("shape", lambda p: p.shape)
+    meta = _Meta(rows, peers)
+    _METAS[fn] = meta
+    return meta
+
+
+class _Meta:
+    """What a header exchange told about every rank, and what the data collective derives from it (computed once
+    per table: a steady call gets the same table back, so nothing here is recomputed per rank)."""
+
+    __slots__ = ("_index", "numels", "peers", "rows", "shape0", "uniform", "wants", "width")
+
+    def __init__(self, rows: list[list[int]], peers: list[_Peer]) -> None:
+        self.rows, self.peers = rows, peers
+        self.numels = [int(torch.Size(p.shape).numel()) for p in peers]
+        self.width = max(self.numels)
+        self.uniform = all(p.shape == peers[0].shape for p in peers)  # every rank's shape the same
+        self.shape0 = peers[0].shape
+        self.wants = any(p.requires_grad for p in peers)
+        self._index: torch.Tensor | None = None
+
+    def index(self, device: torch.device) -> torch.Tensor:
+        """The positions of every rank's elements in the padded ``(W * width)`` table, in rank order."""
+        if self._index is None or self._index.device != device:
+            counts = torch.tensor(self.numels, device=device)
+            shift = torch.arange(len(self.numels), device=device) * self.width - (counts.cumsum(0) - counts)
+            self._index = torch.repeat_interleave(shift, counts) + torch.arange(sum(self.numels), device=device)
+        return self._index
+
+
+# the last metadata of each collective (by name), reused while the header exchange returns the same table
+_METAS: dict[str, _Meta] = {}
 
 
 def _row_bytes(tensor: torch.Tensor) -> int:
@@ -161,10 +198,13 @@ def _inline_bytes(tensor: torch.Tensor, group: Group) -> tuple[torch.Tensor, int
     return tensor.detach(), capacity
 
 
-def _check_agree(fn: str, peers: list[_Peer], labels: list[str], what: str, key: Callable[[_Peer], Any]) -> None:
+def _check_agree(
+    fn: str, peers: list[_Peer], labels: Callable[[], list[str]], what: str, key: Callable[[_Peer], Any]
+) -> None:
     values = [key(p) for p in peers]
     if any(v != values[0] for v in values):
-        listing = ", ".join(f"{labels[r]}: {v}" for r, v in enumerate(values))
+        names = labels()
+        listing = ", ".join(f"{names[r]}: {v}" for r, v in enumerate(values))
         raise RuntimeError(f"{fn}: ranks disagree on {what} ({listing})")
 
 
@@ -184,11 +224,9 @@ def fail_together(error: Exception, group: Group = None, device: torch.device | 
     fail_on_every_rank(error, world, join)
 
 
-def _gather_slots(tensor: torch.Tensor, peers: list[_Peer], group: Group, rank: int, grad: str) -> list[torch.Tensor]:
-    """Gather ``tensor`` from every rank (any shapes) into a list of per-rank tensors."""
-    world = len(peers)
-    numels = [int(torch.Size(p.shape).numel()) for p in peers]
-    width = max(numels)
+def _gather_table(tensor: torch.Tensor, meta: _Meta, group: Group, rank: int, grad: str) -> torch.Tensor:
+    """Every rank's ``tensor`` (any shapes), flattened and padded to the widest: ``(W, width)``."""
+    world, width = len(meta.peers), meta.width
     flat = tensor.reshape(-1)
     if width > flat.numel():
         flat = (
@@ -202,7 +240,15 @@ def _gather_slots(tensor: torch.Tensor, peers: list[_Peer], group: Group, rank: 
         table = flat.detach().new_empty(world * width)
         all_gather_flat(table, flat.detach().contiguous(), group)
         table = table.view(world, width)
-    return [table[i, : numels[i]].view(peers[i].shape) for i in range(world)]
+    return table
+
+
+def _gather_slots(tensor: torch.Tensor, meta: _Meta, group: Group, rank: int, grad: str) -> list[torch.Tensor]:
+    """Gather ``tensor`` from every rank (any shapes) into a list of per-rank tensors."""
+    table = _gather_table(tensor, meta, group, rank, grad)
+    if meta.uniform:  # one view and one C-level split, whatever the world size
+        return list(table.view(len(meta.peers), *meta.shape0).unbind(0))
+    return [table[i, :n].view(p.shape) for i, (n, p) in enumerate(zip(meta.numels, meta.peers))]
 
 
 def _passthrough(tensor: torch.Tensor, grad: str) -> torch.Tensor:
@@ -252,8 +298,8 @@ def gather_all_tensors(tensor: torch.Tensor, group: Group = None, *, grad: str =
 def _gather_across(
     tensor: torch.Tensor, group: Group, world: int, rank: int, grad: str, problem: Exception | None
 ) -> list[torch.Tensor]:
-    peers = _exchange_metadata("gather_all_tensors", tensor, group, world, grad, problem=problem)
-    return _gather_slots(tensor, peers, group, rank, grad)
+    meta = _exchange_metadata("gather_all_tensors", tensor, group, world, grad, problem=problem)
+    return _gather_slots(tensor, meta, group, rank, grad)
 
 
 def all_gather_cat(tensor: torch.Tensor, group: Group = None, *, grad: str = "local") -> torch.Tensor:
@@ -298,9 +344,12 @@ def all_gather_cat(tensor: torch.Tensor, group: Group = None, *, grad: str = "lo
 def _cat_across(
     tensor: torch.Tensor, group: Group, world: int, rank: int, grad: str, problem: Exception | None
 ) -> torch.Tensor:
-    peers = _exchange_metadata("all_gather_cat", tensor, group, world, grad, problem=problem)
-    _check_agree("all_gather_cat", peers, _rank_labels(group, world), "trailing dimensions", lambda p: p.shape[1:])
-    return torch.cat(_gather_slots(tensor, peers, group, rank, grad))
+    meta = _exchange_metadata("all_gather_cat", tensor, group, world, grad, problem=problem)
+    table = _gather_table(tensor, meta, group, rank, grad)
+    trailing = meta.shape0[1:]
+    if meta.uniform:  # every rank's rows are the table's rows: a view, whatever the world size
+        return table.view(-1, *trailing)
+    return table.reshape(-1).index_select(0, meta.index(table.device)).view(-1, *trailing)
 
 
 def _check_op_dtype(op: str, dtype: torch.dtype) -> None:
@@ -356,12 +405,11 @@ def _reduce_across(
 ) -> torch.Tensor:
     inline = _inline_bytes(tensor, group) if problem is None else None
     want = _row_bytes(tensor) if problem is None else 0  # (a larger CPU tensor grows the area for the next calls)
-    peers = _exchange_metadata(
+    meta = _exchange_metadata(
         "all_reduce", tensor, group, world, grad, op=op, problem=problem, inline=inline, want=want
     )
-    _check_agree("all_reduce", peers, _rank_labels(group, world), "shape", lambda p: p.shape)
     _check_op_dtype(op, tensor.dtype)  # dtypes agree by now: every rank raises alike
-    wants = any(p.requires_grad for p in peers)  # min/max tie counting is a collective: decide globally
+    wants = meta.wants  # min/max tie counting is a collective: decide globally
     if inline is not None:  # every rank's tensor came with the header: each rank reduces the rows itself
         _, table = inline_buffers(world, inline[1])
         rows = table[:, : tensor.numel() * tensor.element_size()].view(tensor.dtype).view(world, *tensor.shape)

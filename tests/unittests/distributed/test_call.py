@@ -1,5 +1,6 @@
-"""The call header (``distributed._call``): fixed size, names and counts, failure markers, and the gloo twin that
-carries it beside NCCL (exercised here by forcing a twin for the gloo test group)."""
+"""The call header (``distributed._call``): fixed size, names and counts, failure markers, the inline area, the
+fingerprint that stands for it in large groups, and the checks modes. (The gloo twin beside a backend without CPU
+tensors: ``test_host_groups.py``.)"""
 
 from __future__ import annotations
 
@@ -7,15 +8,11 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
 from tests._helpers.outcomes import outcome, problem
-from torchmetrics_diff import MeanMetric
 from torchmetrics_diff.distributed import _call, all_gather_cat
-from torchmetrics_diff.functional import clip_loss
-from torchmetrics_diff.losses import CLIPLoss
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,52 +42,6 @@ def test_every_rank_gets_every_payload() -> None:
     for rank, res in enumerate(results):
         assert res["got"] == [[r, 7 * r] for r in range(3)], f"rank {rank}: {res['got']}"
         assert len(res["log"]) == 3, f"rank {rank}: header + (header + data) of all_gather_cat: {res['log']}"
-
-
-def _twin_body(rank: int, world: int) -> dict[str, Any]:
-    """Headers over a gloo twin (as beside NCCL): a loss, a syncing metric, a mismatch, all as over the group."""
-    _call._FORCE_TWIN = True
-    _call._HOSTS.clear()
-    try:
-        g = torch.Generator().manual_seed(rank)
-        img = torch.nn.functional.normalize(torch.randn(2 + rank, 4, generator=g, dtype=torch.float64), dim=1)
-        txt = torch.nn.functional.normalize(torch.randn(2 + rank, 4, generator=g, dtype=torch.float64), dim=1)
-        value = CLIPLoss()(img, txt, 3.0).detach()
-        metric = MeanMetric(dist_sync_on_step=True)
-        batch = metric(torch.tensor([float(rank)], dtype=torch.float64))
-        twin = _call._HOSTS[id(dist.GroupMember.WORLD)][1]
-        mismatch = outcome(lambda: metric(torch.ones(1)) if rank == 0 else metric.compute())
-        return {
-            "value": value,
-            "batch": batch,
-            "twin is another group": twin is not None and twin is not dist.GroupMember.WORLD,
-            "twin ranks": dist.get_process_group_ranks(twin),
-            "mismatch": mismatch,
-        }
-    finally:
-        _call._FORCE_TWIN = False
-        _call._HOSTS.clear()
-
-
-def test_headers_over_a_gloo_twin_group() -> None:
-    results = run_distributed(_twin_body, 2, timeout=90)
-    every = []
-    for r in range(2):
-        g = torch.Generator().manual_seed(r)
-        every.append(
-            [
-                torch.nn.functional.normalize(torch.randn(2 + r, 4, generator=g, dtype=torch.float64), dim=1)
-                for _ in "it"
-            ]
-        )
-    expected = clip_loss(torch.cat([e[0] for e in every]), torch.cat([e[1] for e in every]), 3.0)
-    problems = []
-    for rank, res in enumerate(results):
-        torch.testing.assert_close(res["value"], expected, rtol=1e-12, atol=1e-12)
-        assert res["batch"].item() == pytest.approx(0.5), res["batch"]  # mean of 0 and 1
-        assert res["twin is another group"] and res["twin ranks"] == [0, 1], res
-        problems.append(problem(f"rank {rank}", res["mismatch"], "RuntimeError", ("different calls", "MeanMetric")))
-    assert not [p for p in problems if p], "\n".join(p for p in problems if p)
 
 
 def _area_body(rank: int, world: int) -> dict[str, Any]:
@@ -163,3 +114,127 @@ def test_the_inline_area_grows_to_the_rows_calls_want_and_shrinks_back() -> None
         for total, grad in zip(res["reduce sums"], res["reduce grads"]):
             torch.testing.assert_close(total, want, rtol=1e-15, atol=0)
             torch.testing.assert_close(grad, torch.full_like(grad, 3.0), rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------- the fingerprint of large groups
+# Groups of more than FULL_HEADER_MAX_RANKS ranks exchange a fingerprint; the bodies lower that bound to 1 so that the
+# two and three ranks here take the same path as a group of thousands.
+
+
+def _fingerprint_body(rank: int, world: int) -> dict[str, Any]:
+    from torchmetrics_diff import SumMetric
+    from torchmetrics_diff.distributed import all_reduce, gather_all_tensors
+    from torchmetrics_diff.distributed._collectives import fail_together
+
+    saved = _call.FULL_HEADER_MAX_RANKS
+    _call.FULL_HEADER_MAX_RANKS = 1
+    try:
+        out: dict[str, Any] = {"capacity": _call.inline_capacity(None)}
+        logs, cats, gathers = [], [], []
+        rows = [2 + rank, 2 + rank, 2 + rank, 5 if rank == world - 1 else 2 + rank, 2 + rank]
+        for n in rows:  # the last rank's rows change at the 4th call, then change back
+            x = torch.arange(float(n)) + 10 * rank
+            with record_collectives() as log:
+                cats.append(all_gather_cat(x, grad="none"))
+                gathers.append(gather_all_tensors(x.view(1, -1), grad="none"))
+            logs.append(log)
+        out["logs"], out["cats"], out["gathers"] = logs, cats, gathers
+        metric = SumMetric()
+        syncs = []
+        for step in range(4):
+            metric.update(torch.tensor(float(rank + step)))
+            with record_collectives() as log:
+                value = metric.compute()
+            syncs.append((value.item(), log))
+        out["syncs"] = syncs
+        x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+        total = all_reduce(x * (rank + 1))
+        (out["reduce grad"],) = torch.autograd.grad(total.sum(), x)
+        out["reduce"] = total.detach()
+        # ranks in different calls, after steady calls: every rank raises, in this call
+        out["mismatch"] = outcome(lambda: metric.compute() if rank == 0 else all_reduce(torch.ones(2), grad="none"))
+        out["after mismatch"] = all_gather_cat(torch.tensor([float(rank)]), grad="none").tolist()
+        # a failed rank in a steady call: its peers raise naming it
+        y = torch.ones(3)
+        all_gather_cat(y, grad="none")
+        if rank == 1:
+            out["failed"] = outcome(lambda: fail_together(ValueError("rank 1's bad input")))
+        else:
+            out["failed"] = outcome(lambda: all_gather_cat(y, grad="none"))
+        return out
+    finally:
+        _call.FULL_HEADER_MAX_RANKS = saved
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_fingerprint_calls_agree_without_every_header_and_raise_on_every_rank(world_size: int) -> None:
+    results = run_distributed(_fingerprint_body, world_size, timeout=120)
+    last = world_size - 1
+    for rank, res in enumerate(results):
+        assert res["capacity"] == 0, "no inline area: fingerprints carry no data"
+        for call, log in enumerate(res["logs"]):
+            # every call: a fingerprint, then the data; every rank's header too at a first call or a change of rows
+            full = call in (0, 3, 4)
+            expected = ["host_max_reduce", *(["_all_gather_flat"] if full else []), "_all_gather_flat"] * 2
+            assert log == expected, f"rank {rank}, call {call}: {log}"
+        for call, (cat, gathered) in enumerate(zip(res["cats"], res["gathers"])):
+            rows = [2 + r if not (call == 3 and r == last) else 5 for r in range(world_size)]
+            expected = torch.cat([torch.arange(float(n)) + 10 * r for r, n in enumerate(rows)])
+            assert torch.equal(cat, expected), (rank, call, cat)
+            assert [t.shape[1] for t in gathered] == rows, (rank, call)
+        for step, (value, log) in enumerate(res["syncs"]):
+            assert value == sum(r * (step + 1) + step * (step + 1) / 2 for r in range(world_size)), (step, value)
+            # the first sync agrees on a plan (every rank's header, then the general engine's rounds), the second is
+            # the first of the steady path (its header is new: every rank's again); then the fingerprint and the data
+            steady = ["host_max_reduce", "_all_gather_flat"]
+            assert (log[0] == "host_max_reduce" and len(log) > 2) if step < 2 else log == steady, (step, log)
+        weights = sum(range(1, world_size + 1))
+        torch.testing.assert_close(res["reduce"], torch.tensor([1.0, 2.0], dtype=torch.float64) * weights)
+        torch.testing.assert_close(res["reduce grad"], torch.full((2,), float(rank + 1), dtype=torch.float64))
+        failure = problem(f"rank {rank}", res["mismatch"], "RuntimeError", ("different calls", "SumMetric"))
+        assert not failure, failure
+        assert res["after mismatch"] == [float(r) for r in range(world_size)]
+        if rank == 1:
+            failure = problem(f"rank {rank}", res["failed"], "ValueError", ("rank 1's bad input",))
+        else:
+            failure = problem(f"rank {rank}", res["failed"], "RuntimeError", ("rank 1", "raised an error"))
+        assert not failure, failure
+
+
+def _off_body(rank: int, world: int) -> dict[str, Any]:
+    from torchmetrics_diff.distributed import get_checks, set_checks
+
+    set_checks("off")
+    try:
+        out: dict[str, Any] = {"mode": get_checks()}
+        logs, values = [], []
+        for _ in range(3):
+            with record_collectives() as log:
+                values.append(all_gather_cat(torch.full((2,), float(rank)), grad="none"))
+            logs.append(log)
+        out["logs"], out["values"] = logs, values
+        # this rank's own shapes change: it raises here (its peers are not told: they skip the call too here)
+        out["changed"] = outcome(lambda: all_gather_cat(torch.ones(3), grad="none")) if rank == 0 else None
+        return out
+    finally:
+        set_checks("steady")
+
+
+def test_checks_off_exchanges_nothing_after_the_first_call() -> None:
+    results = run_distributed(_off_body, 2, timeout=60)
+    for rank, res in enumerate(results):
+        assert res["mode"] == "off", rank
+        assert res["logs"][0] == ["_all_gather_flat", "_all_gather_flat"], (rank, res["logs"][0])
+        assert res["logs"][1:] == [["_all_gather_flat"]] * 2, (rank, res["logs"])
+        for value in res["values"]:
+            assert value.tolist() == [0.0, 0.0, 1.0, 1.0]
+    failure = problem("rank 0", results[0]["changed"], "RuntimeError", ("checks 'off'", "must not change"))
+    assert not failure, failure
+
+
+def test_checks_are_validated_and_read_without_a_process_group() -> None:
+    from torchmetrics_diff.distributed import get_checks, set_checks
+
+    with pytest.raises(ValueError, match="`mode` must be one of"):
+        set_checks("sometimes")
+    assert get_checks() == "steady"

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from tests._helpers.harness import run_distributed
 from tests._helpers.seeds import seed
-from torchmetrics_diff.distributed import _backend, all_gather_cat, all_reduce, gather_all_tensors
+from torchmetrics_diff.distributed import _backend, _hosts, all_gather_cat, all_reduce, gather_all_tensors
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -680,6 +680,8 @@ def _record_collectives(on_call: Callable | None = None):
     for attr in ("_all_gather_flat", "_reduce_scatter_flat"):
         fn = getattr(_backend, attr, None)
         wrap(_backend, attr, getattr(fn, "__name__", attr))
+    wrap(_hosts, "all_gather", "host all_gather")  # the call header's full exchange
+    wrap(_hosts, "max_reduce", "host max_reduce")  # its fingerprint
     try:
         yield log
     finally:

@@ -148,7 +148,14 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
 
     modules = (metric_module, collections_module, _state_sync, _sync, _rows, _steady, _collectives, _global, _strategy)
     modules += (_call,)
-    monkeypatch.setattr(_call, "host_group", lambda group: group)  # no process group here to ask for its backend
+    # no process group here: the call header's group state is made up, and its exchange is the fake gather too
+    state = object.__new__(_call._GroupState)
+    for slot, value in {"size": 2, "rank": 0, "seq": 0, "names": {}, "epoch": _call._epoch, "checks": "full"}.items():
+        setattr(state, slot, value)
+    state.inline, state.recent, state.host, state.agreed = _call.INLINE_BYTES, [], None, {}
+    monkeypatch.setattr(_call, "_state", lambda group: state)
+    monkeypatch.setattr(_call, "_host_of", lambda state: None)
+    monkeypatch.setattr(_call._hosts, "all_gather", lambda host, out, inp: fake_gather(out, inp))
     for module in modules:
         if hasattr(module, "group_size"):
             monkeypatch.setattr(module, "group_size", lambda group=None: 2)
