@@ -379,3 +379,37 @@ def test_copies_of_synced_metrics_start_without_a_plan() -> None:
     results = run_distributed(_copies_body, 2, timeout=90)
     failures = [f for res in results for f in res["failures"]]
     assert not failures, "\n".join(failures)
+
+
+def _reduced_body(rank: int, world: int) -> list[Any]:
+    """A collection of 8 MeanMetrics whose sum states are all-reduced (as in a large group, where gathering W copies
+    would move more), with fingerprint headers (as in a group of more than FULL_HEADER_MAX_RANKS ranks)."""
+    from torchmetrics_diff import MeanMetric, MetricCollection
+    from torchmetrics_diff.distributed import _call
+    from torchmetrics_diff.distributed._sync import plan as plan_module
+
+    saved = plan_module._GATHER_REDUCE_MAX_BYTES, _call.FULL_HEADER_MAX_RANKS
+    plan_module._GATHER_REDUCE_MAX_BYTES, _call.FULL_HEADER_MAX_RANKS = 8, 1
+    try:
+        coll = MetricCollection({f"m{i}": MeanMetric(compute_with_cache=False) for i in range(8)})
+        out = []
+        for step in range(4):
+            coll.update(torch.tensor([float(rank + step + i) for i in range(3)]))
+            with record_collectives() as log:
+                values = coll.compute()
+            out.append(({k: v.item() for k, v in values.items()}, log))
+        return out
+    finally:
+        plan_module._GATHER_REDUCE_MAX_BYTES, _call.FULL_HEADER_MAX_RANKS = saved
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_all_reduced_buckets_take_the_steady_path(world_size: int) -> None:
+    results = run_distributed(_reduced_body, world_size, timeout=90)
+    for rank, out in enumerate(results):
+        for step, (values, log) in enumerate(out):
+            seen = [float(r + s + i) for r in range(world_size) for s in range(step + 1) for i in range(3)]
+            expected = sum(seen) / len(seen)
+            assert all(v == pytest.approx(expected, rel=1e-6) for v in values.values()), (rank, step, values)
+            if step >= 2:  # steady: the fingerprint and one all-reduce (no row: it would carry only its header)
+                assert log == ["host_max_reduce", "all_reduce"], (rank, step, log)

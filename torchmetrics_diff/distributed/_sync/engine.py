@@ -193,9 +193,12 @@ def _sync_across(
         raise collective_failed(err, owner, list(states), world) from err
     if problem is not None:
         raise problem
-    kinds = {h[0] for h in heads}
     if steady is not None:
-        cut = steady.cut([h[1:] for h in heads]) if kinds == {_STEADY} else None
+        if heads is not steady.last_heads:  # (the same table as at the last sync: its cut holds; see steady.py)
+            kinds = {h[0] for h in heads}
+            steady.last_cut = steady.cut([h[1:] for h in heads]) if kinds == {_STEADY} else None
+            steady.last_heads = heads
+        cut = steady.last_cut
         if cut is not None:  # every rank packed this plan's row and every cat state fits: the one data collective
             if enabled:
                 set_grad_enabled(False)
@@ -208,7 +211,7 @@ def _sync_across(
         local_hash, local_sig = local_signature(items, plan)
         rounds = Rounds(items, plan, group, rank, world, owner, device)
     # every rank's round A header is known when every rank sent one (else round A's table is read for them)
-    known = [h[1:] for h in heads] if kinds == {_ROUNDS} else None
+    known = [h[1:] for h in heads] if {h[0] for h in heads} == {_ROUNDS} else None
     track = grad == "local" and torch.is_grad_enabled()
     with torch.enable_grad() if track else torch.no_grad():
         result = cast(Rounds, rounds).run(local_hash, local_sig, known)

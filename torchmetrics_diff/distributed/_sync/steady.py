@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from torchmetrics_diff.distributed import _reductions
-from torchmetrics_diff.distributed._backend import Group, all_gather_flat, dtype_from_code
+from torchmetrics_diff.distributed._backend import Group, all_gather_flat, all_reduce_, dtype_from_code
 from torchmetrics_diff.distributed._call import PAYLOAD, inline_buffers
 from torchmetrics_diff.distributed._reductions import as_rows, reduce_rows
 from torchmetrics_diff.distributed._sync.plan import UNKNOWN_DTYPE, SyncPlan
@@ -104,6 +104,11 @@ class SteadyPath:
         self._memo: tuple | None = None  # (key, slots, header ints) of the last pack: see _pack_cats
         self.head_ints: list[int] = self._no_rows  # the header ints of the last pack, for the call's header
         self.reorder = True  # whether unpack must reorder its results into the states' order
+        self.reduced: list[_BucketView] = []  # large sum/mean buckets, each all-reduced in its own buffer
+        # the call header's table of every rank's header ints at the last cut, and that cut: a steady call gets the
+        # same table object back (see _call.exchange), and then nothing is read per rank
+        self.last_heads: Any = None
+        self.last_cut: tuple | None = None
 
     @classmethod
     def build(
@@ -117,13 +122,20 @@ class SteadyPath:
     ) -> SteadyPath | None:
         """The plan's steady path, or ``None`` when the plan has parts it cannot do (the general engine does)."""
         names = tuple(states)
-        if plan.reduced or names != tuple(s.name for s in plan.signature):
+        if names != tuple(s.name for s in plan.signature):
             return None
         index = {name: i for i, name in enumerate(names)}
         buckets = [
             _BucketView(b.kind, [index[n] for n in b.names], list(b.names), b.dtype, list(b.shapes))
             for b in plan.buckets
         ]
+        # large sum/mean buckets: all-reduced in buffers of their own (the row does not carry them)
+        reduced = [
+            _BucketView(b.kind, [index[n] for n in b.names], list(b.names), b.dtype, list(b.shapes))
+            for b in plan.reduced
+        ]
+        for view in reduced:
+            view.send = torch.empty(sum(view.numels), dtype=view.dtype, device=device)
         cats = []
         for s in plan.signature:
             if _reductions.is_cat(s.kind):
@@ -140,7 +152,9 @@ class SteadyPath:
         if 3 + len(cats) > PAYLOAD:  # its header would not fit the call's: the general engine, every time
             return None
         fns = tuple(reductions[n] for n in names)
-        return cls(plan, names, fns, buckets, cats, world, rank, device)
+        path = cls(plan, names, fns, buckets, cats, world, rank, device)
+        path.reduced = reduced
+        return path
 
     # ------------------------------------------------------------------------------------------------ views
     def _views(self, capacity: int) -> None:
@@ -152,6 +166,7 @@ class SteadyPath:
             row, table = buffer_pair(self.device, self.row_bytes, self.world, _SLOT)
         if row is not self._base:
             self._base, self._cut, self._memo = row, ((), [], {}), None
+            self.last_heads = self.last_cut = None  # cuts hold views of the old buffers
             if self.inline:
                 grid = grid[:, : self.row_bytes]
             else:
@@ -193,6 +208,11 @@ class SteadyPath:
                     torch.stack(tensors, out=bucket.send)
                 else:
                     torch.cat([t.reshape(-1) for t in tensors], out=bucket.send)
+            for bucket in self.reduced:
+                tensors = [values[i] for i in bucket.indices]
+                if [(t.__class__, t.dtype, t.shape) for t in tensors] != bucket.expected:
+                    return False
+                torch.cat([t.reshape(-1) for t in tensors], out=bucket.send)
             rows = self._pack_cats(values) if self.cats else self._no_rows
             if rows is None:
                 return False
@@ -241,8 +261,10 @@ class SteadyPath:
     def gather(self, group: Group) -> None:
         """The sync's data collective: every rank's row into the table (nothing when the row rode inline in the
         call's header exchange)."""
-        if not self.inline:
+        if not self.inline and (self.buckets or self.cats):
             all_gather_flat(self.table, self.row, group)
+        for bucket in self.reduced:
+            all_reduce_(bucket.send, _reductions.all_reduce_op(bucket.kind), group)
 
     # ------------------------------------------------------------------------------------------------ receive
     def cut(self, heads: list[list[int]]) -> tuple | None:
@@ -272,6 +294,12 @@ class SteadyPath:
             else:
                 for name, piece, shape in zip(bucket.names, reduced.split(bucket.numels), bucket.shapes):
                     result[name] = piece.view(shape)
+        for bucket in self.reduced:
+            flat = bucket.send.clone()  # (the buffer is the next sync's)
+            if _reductions.averages(bucket.kind):
+                flat /= self.world
+            for name, piece, shape in zip(bucket.names, flat.split(bucket.numels), bucket.shapes):
+                result[name] = piece.view(shape)
         for names, pieces, totals in cut[1]:
             if totals is None:  # one (states, rows, *dims) view per rank: concatenate the ranks, one result per state
                 result.update(zip(names, torch.cat(pieces, 1).unbind(0)))
