@@ -255,7 +255,7 @@ def set_checks(mode: str, group: Group = None, *, default: bool = False) -> None
     Every rank of the group must choose the same. See :doc:`/guide/scaling` for each mode's guarantees and cost.
 
     Args:
-        mode: ``"steady"`` (the default): groups of up to :data:`FULL_HEADER_MAX_RANKS` ranks exchange every
+        mode: ``"steady"`` (the default): groups of up to 8 ranks exchange every
             rank's header (as ``"full"``); larger ones a fixed-size fingerprint of the call, reduced in
             ``ceil(log2 W)`` rounds, and every rank's header only on a call whose metadata changed on some rank,
             whose fingerprint differs between ranks, or where a rank failed: the same errors as ``"full"``, in the
