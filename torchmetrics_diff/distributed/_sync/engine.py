@@ -211,7 +211,12 @@ def _sync_across(
         local_hash, local_sig = local_signature(items, plan)
         rounds = Rounds(items, plan, group, rank, world, owner, device)
     # every rank's round A header is known when every rank sent one (else round A's table is read for them)
-    known = [h[1:] for h in heads] if {h[0] for h in heads} == {_ROUNDS} else None
+    memo = plan.heads_memo
+    if memo is not None and memo[0] is heads:
+        known = memo[1]
+    else:
+        known = [h[1:] for h in heads] if {h[0] for h in heads} == {_ROUNDS} else None
+        plan.heads_memo = (heads, known)
     track = grad == "local" and torch.is_grad_enabled()
     with torch.enable_grad() if track else torch.no_grad():
         result = cast(Rounds, rounds).run(local_hash, local_sig, known)

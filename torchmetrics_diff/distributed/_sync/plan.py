@@ -177,6 +177,10 @@ class SyncPlan:
     steady: Any = None  # the SteadyPath when steady_status is READY, else None
     calls: tuple[int, int] | None = None  # syncs made with this plan (its owner's), as ``_call.fresh_count`` keeps
     # them: tells two metrics of one class apart in the header
+    # (the call header's agreed table, what the rounds derived from it): a steady call gets the same table back
+    # from the call header (``_call.exchange``), and then nothing is derived again per rank
+    heads_memo: Any = None
+    sizes_memo: Any = None
 
     def cat_row_bytes(self, name: str) -> int:
         return self._cat[name]

@@ -149,6 +149,9 @@ class Rounds:
         """Everything after round A, from its ``(W, row_bytes)`` table and the pieces it carried (by name); the
         headers come from ``heads`` (every rank's :meth:`head_ints`) when given, else from the table."""
         plan, device = self.plan, self.device
+        memo = plan.sizes_memo
+        if heads is not None and memo is not None and memo[0] is heads and memo[1] == plan.signature_hash:
+            return self._finish(plan, memo[2], gathered)  # the headers of an earlier sync, agreed again
         if heads is not None:
             hashes = [h[0] for h in heads]
         else:
@@ -161,6 +164,7 @@ class Rounds:
             n = plan.n_variable
             if heads is not None:
                 sizes = [h[2 : 2 + n] for h in heads]
+                plan.sizes_memo = (heads, plan.signature_hash, sizes)
             else:
                 sizes = (
                     table[:, HEADER : HEADER + 8 * n].contiguous().view(torch.int64).tolist()
