@@ -5,7 +5,7 @@ so a call's time is the host work of the package at that W (its Python, header e
 plus the copies a collective of that size needs. Each W runs in a fresh simulated world (init/destroy).
 
 Table: microseconds per call at W = 64, 256, 1024, 4096, median over timed blocks after warm-up calls (the steady
-state), and the growth W=4096 / W=64:
+state; then the median over passes of the four W), and the growth W=4096 / W=64:
 
 * raw collectives: ``dist.all_reduce`` of 16 float32; an all-gather into one tensor of 2 KiB per rank;
 * ``MeanMetric``: ``sync(); unsync()``; ``forward`` with ``dist_sync_on_step=True`` (256 floats);
@@ -56,10 +56,14 @@ ROWS, WIDTH = 4, 8  # rows x width float32 per rank for the gathers and the loss
 MEMBERS = 8
 BATCH = 256
 GATHER_BYTES = 2048
-# seconds of timed blocks one case may take at one W (its warm-up is capped alike): the slow cases (a loss step
-# at 4096 ranks before the package scales) get fewer repeats, never fewer than MIN_REPEATS
-CASE_S = {False: 2.0, True: 0.75}
+# seconds of timed blocks one case may take at one W in one pass (its warm-up is capped alike): the slow cases (a
+# loss step at 4096 ranks before the package scales) get fewer repeats, never fewer than MIN_REPEATS
+CASE_S = {False: 1.0, True: 0.75}
 MIN_REPEATS = 3
+# sweeps over the four W (each W in a fresh world every time), alternately upwards and downwards: the reported
+# time is the median over passes, so that a burst of load from outside while one W ran does not make its number
+# (the machines are shared; the W are measured at different times and cannot be paired round by round)
+PASSES = {False: 3, True: 1}
 
 # the raw all-gather: the spelling torch_diff's backend picks (torch 2.13 renamed all_gather_into_tensor)
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -195,7 +199,7 @@ def measure(world: int, budget: Budget, case_s: float) -> tuple[dict[str, float]
 
 
 # ---------------------------------------------------------------------------------------------------- report
-def scale_table(results: dict[int, dict[str, float]], twins: dict[int, int], case_s: float) -> str:
+def scale_table(results: dict[int, dict[str, float]], twins: dict[int, int], case_s: float, passes: int) -> str:
     first, last = WORLDS[0], WORLDS[-1]
     rows = []
     for case in CASES:
@@ -217,8 +221,9 @@ def scale_table(results: dict[int, dict[str, float]], twins: dict[int, int], cas
             f"per rank: gathers {ROWS}x{WIDTH} float32, all_reduce 16 float32, MeanMetric {BATCH} floats;",
             f"collection: {MEMBERS} MeanMetrics ({2 * MEMBERS} states), compute() with compute_with_cache=False;",
             f"losses: default strategy (sharded), {ROWS} rows of width {WIDTH} per rank, inputs requiring grad;",
-            "each W in a fresh simulated world; medians of timed blocks after warm-up; slow cases get fewer",
-            f"blocks (about {case_s:g} s of blocks per case and W, at least {MIN_REPEATS}).",
+            "each W in a fresh simulated world; median of timed blocks after warm-up (slow cases get fewer blocks:",
+            f"about {case_s:g} s of them per case and W, at least {MIN_REPEATS}); median of {passes} such pass(es)",
+            "over the four W, alternately upwards and downwards.",
             f"The package's header exchanges went over {host}.",
         ],
     )
@@ -227,20 +232,26 @@ def scale_table(results: dict[int, dict[str, float]], twins: dict[int, int], cas
 def main(args: Any) -> list[Check]:
     quick = bool(getattr(args, "quick", False))
     budget = Budget.from_args(args)
-    case_s = CASE_S[quick]
-    results: dict[int, dict[str, float]] = {}
-    twins: dict[int, int] = {}
+    case_s, passes = CASE_S[quick], PASSES[quick]
+    runs: dict[int, list[dict[str, float]]] = {w: [] for w in WORLDS}
+    twins: dict[int, int] = dict.fromkeys(WORLDS, 0)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # (as every benchmark: the machines have 2 cores)
     try:
-        for world in WORLDS:
-            t0 = time.perf_counter()
-            results[world], twins[world] = measure(world, budget, case_s)
-            print(f"(W={world}: {time.perf_counter() - t0:.0f} s)")
+        for p in range(passes):
+            took = []
+            for world in WORLDS if p % 2 == 0 else WORLDS[::-1]:
+                t0 = time.perf_counter()
+                found, made = measure(world, budget, case_s)
+                runs[world].append(found)
+                twins[world] += made
+                took.append(f"W={world} {time.perf_counter() - t0:.0f} s")
+            print(f"(pass {p + 1}/{passes}: {', '.join(took)})")
     finally:
         torch.set_num_threads(threads)
+    results = {w: {case: statistics.median(r[case] for r in runs[w]) for case in CASES} for w in WORLDS}
     print()
-    print(scale_table(results, twins, case_s))
+    print(scale_table(results, twins, case_s, passes))
 
     first, last = WORLDS[0], WORLDS[-1]
     growth = last / first
