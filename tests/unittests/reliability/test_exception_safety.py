@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from tests._helpers.harness import run_distributed
+from tests._helpers.headers import HEADERS, in_mode
 from tests._helpers.metrics import InPlace
 from tests._helpers.outcomes import Outcome, differences, members_differences, outcome, problem, snapshot
 from torchmetrics_diff import MeanMetric, MetricCollection, SumMetric
@@ -164,8 +165,9 @@ def _check_one_bad_rank(results: list[dict], case: str, bad_kind: str, bad_needl
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_metric_forward_with_a_bad_input_on_one_rank(world_size: int) -> None:
-    results = run_distributed(_metric_body, world_size, timeout=60)
+@pytest.mark.parametrize("headers", HEADERS)
+def test_metric_forward_with_a_bad_input_on_one_rank(world_size: int, headers: str) -> None:
+    results = run_distributed(in_mode, world_size, headers, _metric_body, timeout=60)
     problems = _check_one_bad_rank(results, "mean", "RuntimeError", ("NaN", "nan_strategy='error'"), "MeanMetric")
     for label in ("first sync", "agreed plan"):
         problems += _check_one_bad_rank(results, f"inplace {label}", "ValueError", ("negative",), "InPlace")
@@ -239,9 +241,10 @@ def _loss_body(rank: int, world: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_contrastive_loss_with_a_bad_input_on_one_rank(world_size: int) -> None:
+@pytest.mark.parametrize("headers", HEADERS)
+def test_contrastive_loss_with_a_bad_input_on_one_rank(world_size: int, headers: str) -> None:
     """CLIPLoss with mismatched views and SupConLoss with labels of the wrong length on one rank only."""
-    results = run_distributed(_loss_body, world_size, timeout=60)
+    results = run_distributed(in_mode, world_size, headers, _loss_body, timeout=60)
     problems: list[str | None] = []
     clip_ref = clip_loss(*(torch.cat(v) for v in zip(*[_views(r, 1) for r in range(world_size)])), 5.0)
     feats_all = torch.cat([_views(r, 2)[0] for r in range(world_size)])
@@ -280,10 +283,11 @@ def _global_mean_body(rank: int, world: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_global_mean_loss_with_a_bad_input_on_one_rank(world_size: int) -> None:
+@pytest.mark.parametrize("headers", HEADERS)
+def test_global_mean_loss_with_a_bad_input_on_one_rank(world_size: int, headers: str) -> None:
     """Every rank raises; and no rank keeps the failed call in its states (the good ranks had already folded their
     batch into ``loss_sum``/``weight``/``update_count`` before the collective that failed)."""
-    results = run_distributed(_global_mean_body, world_size, timeout=60)
+    results = run_distributed(in_mode, world_size, headers, _global_mean_body, timeout=60)
     problems = []
     values = torch.cat([torch.full((r + 1,), float(r), dtype=F64) for r in range(world_size)])
     first = torch.tensor([1.0, 2.0], dtype=F64).repeat(world_size)
@@ -316,11 +320,12 @@ def _token_ce_body(rank: int, world: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("world_size", [2])
-def test_token_cross_entropy_target_out_of_range_on_one_rank(world_size: int) -> None:
+@pytest.mark.parametrize("headers", HEADERS)
+def test_token_cross_entropy_target_out_of_range_on_one_rank(world_size: int, headers: str) -> None:
     """A target outside ``[0, C)`` (not ``ignore_index``) on one rank: ``F.cross_entropy`` raises ``IndexError``
     there, which ``checked_together`` does not announce (it catches only ValueError/TypeError), so the other ranks
     wait in the all-reduce until the process-group timeout instead of raising at once."""
-    results = run_distributed(_token_ce_body, world_size, timeout=60)
+    results = run_distributed(in_mode, world_size, headers, _token_ce_body, timeout=60)
     problems = []
     for rank, res in enumerate(results):
         if rank == BAD:
@@ -366,11 +371,12 @@ def _accumulate_body(rank: int, world: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_accumulate_plan_mismatch_on_one_rank(world_size: int) -> None:
+@pytest.mark.parametrize("headers", HEADERS)
+def test_accumulate_plan_mismatch_on_one_rank(world_size: int, headers: str) -> None:
     """Only one rank's calls do not add up to its plan: every rank raises on leaving the block (that rank naming
     the planned and the brought weight, the others naming it); a rank making fewer calls than the others also
     makes every rank raise, not hang; the next block works everywhere."""
-    results = run_distributed(_accumulate_body, world_size, timeout=60)
+    results = run_distributed(in_mode, world_size, headers, _accumulate_body, timeout=60)
     problems = []
     for rank, res in enumerate(results):
         if rank == BAD:

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from tests._helpers.harness import run_distributed
+from tests._helpers.headers import HEADERS, in_mode
 from tests._helpers.outcomes import outcome, problem
 from tests._helpers.round_trips import counting, total
 from torchmetrics_diff import MeanMetric, MetricCollection, SumMetric
@@ -159,8 +160,9 @@ def _steady_counts_body(rank: int, world: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_no_host_round_trip_in_the_steady_state(world_size: int) -> None:
-    results = run_distributed(_steady_counts_body, world_size, timeout=150)
+@pytest.mark.parametrize("headers", HEADERS)
+def test_no_host_round_trip_in_the_steady_state(world_size: int, headers: str) -> None:
+    results = run_distributed(in_mode, world_size, headers, _steady_counts_body, timeout=150)
     problems = []
     for rank, res in enumerate(results):
         for case, (_first, steady, same) in res.items():
@@ -233,10 +235,11 @@ def _steady_then(rank: int, world: int, kind: str, strategy: str | None, change:
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("change", ["dtype", "bad input"])
-def test_a_change_on_one_rank_raises_on_every_rank(world_size: int, strategy: str, change: str) -> None:
+@pytest.mark.parametrize("headers", HEADERS)
+def test_a_change_on_one_rank_raises_on_every_rank(world_size: int, strategy: str, change: str, headers: str) -> None:
     """After the steady state, one rank changes its dtype or passes a bad input: every rank raises (the same
     message, except the bad rank's own error) and the ranks stay in step; the next call is steady again."""
-    results = run_distributed(_steady_then, world_size, "clip", strategy, change, timeout=120)
+    results = run_distributed(in_mode, world_size, headers, _steady_then, "clip", strategy, change, timeout=120)
     last = world_size - 1
     problems = []
     for rank, res in enumerate(results):
@@ -264,10 +267,11 @@ def test_a_change_on_one_rank_raises_on_every_rank(world_size: int, strategy: st
 
 @pytest.mark.parametrize("change", ["rows on one rank", "rows on every rank"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_a_change_of_rows_gives_the_global_loss(strategy: str, change: str) -> None:
+@pytest.mark.parametrize("headers", HEADERS)
+def test_a_change_of_rows_gives_the_global_loss(strategy: str, change: str, headers: str) -> None:
     """Rows that change on one rank alone (an uneven last batch) or on every rank (each to another size) need no
     agreement beforehand: the value is one process's on every rank's rows, and the call after is steady again."""
-    results = run_distributed(_steady_then, 3, "clip", strategy, change, timeout=120)
+    results = run_distributed(in_mode, 3, headers, _steady_then, "clip", strategy, change, timeout=120)
     for rank, res in enumerate(results):
         assert res["changed"].kind == "ok", f"rank {rank}: {res['changed']}"
         torch.testing.assert_close(res["changed"].value.detach(), res["reference"])
@@ -289,8 +293,9 @@ def _metric_mismatch_body(rank: int, world: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_a_syncing_metric_in_its_steady_state_still_raises_on_every_rank(world_size: int) -> None:
-    results = run_distributed(_metric_mismatch_body, world_size, timeout=60)
+@pytest.mark.parametrize("headers", HEADERS)
+def test_a_syncing_metric_in_its_steady_state_still_raises_on_every_rank(world_size: int, headers: str) -> None:
+    results = run_distributed(in_mode, world_size, headers, _metric_mismatch_body, timeout=60)
     last = world_size - 1
     problems = []
     for rank, res in enumerate(results):

@@ -8,7 +8,9 @@ collective of another size: gloo aborted the process (``EnforceNotMet``, SIGABRT
 
 One test per communicating entry point: a loss's ``update`` and ``forward`` (each strategy), a syncing metric's
 ``forward``, ``compute`` (two metrics of one class told apart), a collection's ``forward`` and ``compute``, and
-the public collectives. Each runs under the harness, whose workers would report a death by signal or a timeout.
+the public collectives. Each runs under the harness, whose workers would report a death by signal or a timeout,
+and each twice: with every rank's header on every call (groups of up to 8 ranks), and with the fingerprint that
+stands for it in larger groups (the bodies lower that bound so that 2 and 3 ranks take the large groups' path).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 import torch
 
 from tests._helpers.harness import run_distributed
+from tests._helpers.headers import HEADERS, in_mode
 from tests._helpers.outcomes import outcome, problem
 from torchmetrics_diff import MeanMetric, MetricCollection, SumMetric
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce
@@ -89,10 +92,11 @@ def _one_call_more(rank: int, world: int, case: str) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.parametrize("headers", HEADERS)
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("case", list(CASES))
-def test_one_call_more_on_one_rank_raises_on_every_rank(case: str, world_size: int) -> None:
-    results = run_distributed(_one_call_more, world_size, case, timeout=60)
+def test_one_call_more_on_one_rank_raises_on_every_rank(case: str, world_size: int, headers: str) -> None:
+    results = run_distributed(in_mode, world_size, headers, _one_call_more, case, timeout=60)
     problems = [
         problem(f"rank {r} {case}", res["extra"], "RuntimeError", NEEDLES, within=10) for r, res in enumerate(results)
     ]
@@ -119,8 +123,9 @@ def _two_of_a_class(rank: int, world: int) -> dict[str, Any]:
     return out
 
 
-def test_two_metrics_of_one_class_are_told_apart() -> None:
-    results = run_distributed(_two_of_a_class, 2, timeout=60)
+@pytest.mark.parametrize("headers", HEADERS)
+def test_two_metrics_of_one_class_are_told_apart(headers: str) -> None:
+    results = run_distributed(in_mode, 2, headers, _two_of_a_class, timeout=60)
     problems = []
     for r, res in enumerate(results):
         if res["first"].kind != "ok" or res["first"].value.item() != pytest.approx(1.5):  # mean of 1 and 2
@@ -139,8 +144,9 @@ def _collectives(rank: int, world: int) -> dict[str, Any]:
     return {"extra": got}
 
 
-def test_public_collectives_at_different_calls_raise_on_every_rank() -> None:
-    results = run_distributed(_collectives, 3, timeout=60)
+@pytest.mark.parametrize("headers", HEADERS)
+def test_public_collectives_at_different_calls_raise_on_every_rank(headers: str) -> None:
+    results = run_distributed(in_mode, 3, headers, _collectives, timeout=60)
     problems = [
         problem(f"rank {r}", res["extra"], "RuntimeError", (*NEEDLES, "'all_reduce'", "'all_gather_cat'"), within=10)
         for r, res in enumerate(results)
