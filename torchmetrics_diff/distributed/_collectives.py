@@ -156,7 +156,7 @@ class _Meta:
     """What a header exchange told about every rank, and what the data collective derives from it (computed once
     per table: a steady call gets the same table back, so nothing here is recomputed per rank)."""
 
-    __slots__ = ("_index", "numels", "peers", "rows", "shape0", "uniform", "wants", "width")
+    __slots__ = ("_index", "numels", "peers", "rows", "rows_total", "shape0", "uniform", "wants", "width")
 
     def __init__(self, rows: list[list[int]], peers: list[_Peer]) -> None:
         self.rows, self.peers = rows, peers
@@ -165,6 +165,7 @@ class _Meta:
         self.uniform = all(p.shape == peers[0].shape for p in peers)  # every rank's shape the same
         self.shape0 = peers[0].shape
         self.wants = any(p.requires_grad for p in peers)
+        self.rows_total = sum(p.shape[0] if p.shape else 1 for p in peers)  # (all_gather_cat's: rows of every rank)
         self._index: torch.Tensor | None = None
 
     def index(self, device: torch.device) -> torch.Tensor:
@@ -346,10 +347,10 @@ def _cat_across(
 ) -> torch.Tensor:
     meta = _exchange_metadata("all_gather_cat", tensor, group, world, grad, problem=problem)
     table = _gather_table(tensor, meta, group, rank, grad)
-    trailing = meta.shape0[1:]
+    rows, trailing = meta.rows_total, meta.shape0[1:]
     if meta.uniform:  # every rank's rows are the table's rows: a view, whatever the world size
-        return table.view(-1, *trailing)
-    return table.reshape(-1).index_select(0, meta.index(table.device)).view(-1, *trailing)
+        return table.view(rows, *trailing)
+    return table.reshape(-1).index_select(0, meta.index(table.device)).view(rows, *trailing)
 
 
 def _check_op_dtype(op: str, dtype: torch.dtype) -> None:
