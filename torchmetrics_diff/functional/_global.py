@@ -218,13 +218,13 @@ def _global_labels(features: Tensor, labels: Tensor | None, group: Group) -> Ten
     # whether each rank passed labels, and its rows: host values in the call's header, read without the device
     mine = [int(labels is not None), features.shape[0]]
     peers = exchange("global_supcon_loss: labels", mine, group, group_size(group))
-    given = [p[0] for p in peers]
-    if any(g != given[0] for g in given):  # every rank holds the same values: every rank raises alike
+    given, rows = zip(*peers)  # (transposed in C: no Python code per rank)
+    if len(set(given)) > 1:  # every rank holds the same values: every rank raises alike
         listing = ", ".join(f"rank {r}: {'given' if g else 'None'}" for r, g in enumerate(given))
         raise RuntimeError(f"global_supcon_loss: `labels` must be given on every rank or on none ({listing})")
     if labels is not None:
         return all_gather_cat(labels.reshape(-1).to(torch.int64), group, grad="none")
-    return torch.arange(sum(p[1] for p in peers), device=features.device)
+    return torch.arange(sum(rows), device=features.device)
 
 
 def _siglip_rows(img: Tensor, txt: Tensor, scale: Scalar, bias: Scalar, options: Options) -> Tensor:
