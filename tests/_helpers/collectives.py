@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable
 
+import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
@@ -65,14 +66,27 @@ _FUNCOL_NAMES = (
 )
 
 
+def _tensor_bytes(args: tuple, kwargs: dict) -> list[int]:
+    """The bytes of every tensor among a call's arguments (a list of tensors counts each), in argument order."""
+    found = []
+    for arg in (*args, *kwargs.values()):
+        for item in arg if isinstance(arg, (list, tuple)) else (arg,):
+            if isinstance(item, torch.Tensor):
+                found.append(item.numel() * item.element_size())
+    return found
+
+
 @contextmanager
-def record_collectives(on_call: Callable[[str], Any] | None = None) -> Iterator[list[str]]:
+def record_collectives(
+    on_call: Callable[[str], Any] | None = None, sizes: list[tuple[str, list[int]]] | None = None
+) -> Iterator[list[str]]:
     """Wrap the collectives and point-to-point operations; yield the call log (one name per outermost call).
 
     ``torch.distributed``'s functions are replaced both where the package looks them up (``torch.distributed``)
     and inside ``distributed_c10d``, whose own checks compare against its globals (``P2POp`` accepts only its
     ``isend``/``irecv``). ``on_call`` replaces the collective when given (outside a process group, where any
-    call is a failure). The originals are restored on exit.
+    call is a failure). With ``sizes``, each logged call also appends ``(name, bytes of each tensor argument)``
+    to it (an all-gather's output and input, an all-reduce's one tensor). The originals are restored on exit.
     """
     log: list[str] = []
     saved: list[tuple[Any, str, Any]] = []
@@ -91,6 +105,8 @@ def record_collectives(on_call: Callable[[str], Any] | None = None) -> Iterator[
                 if depth[0]:  # called by another wrapped function: part of that call
                     return original(*args, **kwargs)
                 log.append(name)
+                if sizes is not None:
+                    sizes.append((name, _tensor_bytes(args, kwargs)))
                 if on_call is not None:
                     return on_call(name)
                 depth[0] += 1

@@ -5,7 +5,10 @@ and the single-process step on the whole global batch (the oracle, from :mod:`te
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +53,8 @@ MOE_KINDS = ("moe_balance", "moe_z")
 SSL_KINDS = ("vicreg",)
 #: names of the parameters used inside the loss itself (not by an encoder)
 LOSS_PARAMS = ("log_logit_scale", "logit_bias")
+#: how the sharded CLIP combines its column statistics across ranks (``functional._global._columns_by_gather``)
+COLUMN_BRANCHES = ("gather", "reductions")
 
 
 # --------------------------------------------------------------------------------------------- the model
@@ -214,3 +219,33 @@ def reference_weight(kind: str, n: int, *parts: object) -> float:
     if kind == "tokence":
         return float((extra[0] != IGNORE).sum())
     raise ValueError(kind)
+
+
+# ------------------------------------------------------------------------------- the sharded CLIP's columns
+
+
+@contextmanager
+def column_branch(branch: str) -> Iterator[list[bool]]:
+    """Run the sharded CLIP's column statistics through ``branch`` of the rule, whatever ``W`` and ``N``.
+
+    ``"gather"``: one all-gather of the ``W × N`` table; ``"reductions"``: two all-reduces of ``N`` numbers. The
+    rule's limits are patched in this process (call it on every rank alike) and restored on exit. Yields the
+    rule's decisions made inside (``True``: gather), so that a test can check which branch ran.
+    """
+    from torchmetrics_diff.functional import _global
+
+    if branch not in COLUMN_BRANCHES:
+        raise ValueError(branch)
+    rule = _global._columns_by_gather
+    decisions: list[bool] = []
+
+    def recorded(world: int, m: int, itemsize: int) -> bool:
+        decisions.append(rule(world, m, itemsize))
+        return decisions[-1]
+
+    limits = {"_GATHER_MAX_WORLD": 1 << 30} if branch == "gather" else {"_GATHER_MAX_WORLD": 0, "_GATHER_MAX_BYTES": 0}
+    with ExitStack() as stack:
+        for name, value in limits.items():
+            stack.enter_context(mock.patch.object(_global, name, value))
+        stack.enter_context(mock.patch.object(_global, "_columns_by_gather", recorded))
+        yield decisions

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._autograd import scale_grad
-from torchmetrics_diff.distributed._backend import Group, all_gather_flat, group_size
+from torchmetrics_diff.distributed._backend import Group, all_gather_flat, all_reduce_, group_size
 from torchmetrics_diff.distributed._call import exchange
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.functional._barlow_twins import (
@@ -88,8 +88,9 @@ def clip_sum(
         the gradient of the *global* sum (the column terms of other ranks' texts depend on this block too), so
         the ranks' gradients add up to the global one; this assumes every rank back-propagates the same
         gradient into its share, as any use of the global value does. With ``sharded=True`` call it on every
-        rank of ``group`` in the same order (it all-gathers ``N`` numbers in forward; the backward communicates
-        nothing).
+        rank of ``group`` in the same order (in forward it combines the ``N`` column statistics across the ranks:
+        one all-gather of ``N`` numbers per rank at up to 4 ranks or a small ``W × N`` table, else two
+        all-reduces of ``N`` numbers; the backward communicates nothing).
 
     The inputs are not validated (this is the kernel :func:`global_clip_loss` runs after its checks): mismatched
     shapes fail inside torch.
@@ -100,7 +101,7 @@ def clip_sum(
         tensor(0.3133)
     """
     world = group_size(group) if sharded else 1
-    if world > 1:  # the column statistics' all-gather is host-side: one graph break under torch.compile
+    if world > 1:  # the column statistics' collectives run eagerly: one graph break under torch.compile
         return _clip_across_ranks(img, txt_all, as_scale(scale, img), row_start, group, world)
     return clip_block_sum(img, txt_all, scale, row_start)
 
@@ -115,11 +116,65 @@ _clip_across_ranks = outside_graph(_clip_here)
 
 
 def _column_lse_of_every_rank(part: Tensor, group: Group, world: int) -> Tensor:
-    """The column log-sum-exps over every rank's rows from each rank's partial ones: one all-gather of M numbers."""
+    """The column log-sum-exps over every rank's rows from each rank's partial ones (``-inf``: a rank without rows).
+
+    One all-gather of the ``W × M`` table, or two all-reduces of ``M`` numbers, as :func:`_columns_by_gather`
+    decides (every rank decides alike: ``W``, ``M`` and the dtype are the same on every rank).
+    """
     m = part.shape[0]
-    table = part.new_empty(world * m)
-    all_gather_flat(table, part, group)
-    return torch.logsumexp(table.view(world, m), dim=0)
+    if _columns_by_gather(world, m, part.element_size()):
+        table = part.new_empty(world * m)
+        all_gather_flat(table, part, group)
+        return torch.logsumexp(table.view(world, m), dim=0)
+    return _column_lse_by_reductions(part, group)
+
+
+#: the column statistics travel in one all-gather while ``W`` is at most this ...
+_GATHER_MAX_WORLD = 4
+#: ... or while the gathered ``W × M`` table is at most this many bytes; else in two all-reduces of ``M`` numbers
+_GATHER_MAX_BYTES = 64 * 1024
+
+
+def _columns_by_gather(world: int, m: int, itemsize: int) -> bool:
+    """Whether the ``M`` column statistics of ``world`` ranks travel in one all-gather (else in two all-reduces).
+
+    Alpha-beta model: a collective costs a latency ``α`` plus ``β`` per byte a rank sends or receives. The
+    all-gather is one collective (one ``α``), but every rank receives the whole ``W × M`` table, ``(W - 1) M``
+    numbers it did not have, and reduces ``W M`` of them. The reductions (the columns' maxima over the ranks,
+    then the sums of ``exp(partial - max)``) are two all-reduces of ``M`` numbers, two ``α``; a ring all-reduce
+    sends and receives about ``2 (W - 1) / W · M`` numbers per rank, so the two about ``4 M`` whatever ``W``.
+
+    - ``W ≤ 4`` (:data:`_GATHER_MAX_WORLD`): ``(W - 1) M ≤ 4 (W - 1) / W · M``, the gather moves no more bytes
+      than the reductions and is one collective: the gather.
+    - A table of at most 64 KiB (:data:`_GATHER_MAX_BYTES`): its extra bytes take a few microseconds at
+      10 GB/s, less than the latency of the second collective: the gather.
+    - Otherwise the reductions, whose bytes per rank do not grow with ``W`` (the gather's grow as ``W M``:
+      16 MiB per rank and call at ``W = 1024`` with 4 float32 rows per rank).
+
+    Args:
+        world: the number of ranks ``W``.
+        m: the number of columns ``M`` (the global batch's rows).
+        itemsize: the bytes of one statistic.
+
+    Example:
+        >>> _columns_by_gather(8, 256, 4), _columns_by_gather(1024, 4096, 4), _columns_by_gather(2, 10**6, 8)
+        (True, False, True)
+    """
+    return world <= _GATHER_MAX_WORLD or world * m * itemsize <= _GATHER_MAX_BYTES
+
+
+def _column_lse_by_reductions(part: Tensor, group: Group) -> Tensor:
+    """``log Σ_ranks exp(part)`` per column from two all-reduces of ``M`` numbers: the maxima, then the sums.
+
+    A column that is ``-inf`` on every rank is shifted by 0 (its exponentials are 0): its log-sum-exp is ``-inf``,
+    as ``torch.logsumexp`` gives, not NaN.
+    """
+    shift = part.clone()
+    all_reduce_(shift, "max", group)
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    sums = torch.sub(part, shift).exp_()
+    all_reduce_(sums, "sum", group)
+    return sums.log_().add_(shift)
 
 
 # ---------------------------------------------------------------------------------- implementations, by strategy
@@ -163,13 +218,13 @@ def _global_labels(features: Tensor, labels: Tensor | None, group: Group) -> Ten
     # whether each rank passed labels, and its rows: host values in the call's header, read without the device
     mine = [int(labels is not None), features.shape[0]]
     peers = exchange("global_supcon_loss: labels", mine, group, group_size(group))
-    given = [p[0] for p in peers]
-    if any(g != given[0] for g in given):  # every rank holds the same values: every rank raises alike
+    given, rows = zip(*peers)  # (transposed in C: no Python code per rank)
+    if len(set(given)) > 1:  # every rank holds the same values: every rank raises alike
         listing = ", ".join(f"rank {r}: {'given' if g else 'None'}" for r, g in enumerate(given))
         raise RuntimeError(f"global_supcon_loss: `labels` must be given on every rank or on none ({listing})")
     if labels is not None:
         return all_gather_cat(labels.reshape(-1).to(torch.int64), group, grad="none")
-    return torch.arange(sum(p[1] for p in peers), device=features.device)
+    return torch.arange(sum(rows), device=features.device)
 
 
 def _siglip_rows(img: Tensor, txt: Tensor, scale: Scalar, bias: Scalar, options: Options) -> Tensor:
@@ -200,7 +255,8 @@ def global_clip_loss(
     ``"sharded"`` computes each global logit once: this rank's row block ``scale · img_local @ txt_all.T``
     (only the text embeddings are gathered), the image-to-text log-sum-exps of its rows locally, the
     text-to-image log-sum-exps of its own texts from every rank's partial column statistics (one all-gather of
-    N numbers per rank), and both directions' gradients from the one block (:func:`clip_sum`). ``"replicated"``
+    N numbers per rank; beyond 4 ranks, once the W × N table outgrows 64 KiB, two all-reduces of N numbers
+    instead), and both directions' gradients from the one block (:func:`clip_sum`). ``"replicated"``
     computes the whole (N, N) block on every rank, by the same one-pass kernel.
 
     It issues collectives: every rank of ``group`` must call it, with its own rows (counts may differ between

@@ -28,8 +28,9 @@ Kernels:
   (``K × D``), so no (n, M) mask is built.
 - :func:`clip_block_sum`: symmetric CLIP from one row block ``img @ txt_all.T``: row log-sum-exps locally, the
   column (text → image) log-sum-exps from the block's partial column statistics, combined with the other rows'
-  by the caller's ``combine_columns`` (across ranks: an all-gather of ``M`` numbers per rank, which
-  :func:`~torchmetrics_diff.functional.clip_sum` passes in); both directions' gradients from the one block.
+  by the caller's ``combine_columns`` (across ranks: an all-gather of ``M`` numbers per rank, or two all-reduces of
+  ``M`` numbers, the maxima then the shifted sums, at many ranks; :func:`~torchmetrics_diff.functional.clip_sum`
+  passes it in); both directions' gradients from the one block.
 - :func:`sigmoid_sum`: the SigLIP pairwise sigmoid block.
 
 Nothing here communicates: a kernel sees tensors and, for CLIP's columns, a function it is handed.

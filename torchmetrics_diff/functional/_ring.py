@@ -37,6 +37,7 @@ take checked inputs.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -100,13 +101,14 @@ def _plan(group: Group, block: Tensor, tile: int, wants_grad: bool, extra: Seque
     # host values in the call's header: the exchange never waits for the device
     peers = [mine] if ring.size == 1 else exchange("ring plan", mine, group, ring.size)
     names = ["embedding width", "dtype", "whether the inputs require gradient", *(n for n, _ in extra)]
-    for i, name in enumerate(names, start=1):
-        values = [dtype_from_code(p[i]) if name == "dtype" else p[i] for p in peers]
-        if any(v != values[0] for v in values):
-            listing = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
+    fields = list(zip(*peers))  # every rank's value of each field (transposed in C: no Python code per rank)
+    for name, values in zip(names, fields[1:]):
+        if len(set(values)) > 1:
+            shown = [dtype_from_code(v) for v in values] if name == "dtype" else values
+            listing = ", ".join(f"rank {r}: {v}" for r, v in enumerate(shown))
             raise RuntimeError(f"ring strategy: ranks disagree on {name} ({listing})")
-    rows = [p[0] for p in peers]
-    starts = [sum(rows[:r]) for r in range(len(rows))]
+    rows = list(fields[0])
+    starts = list(itertools.accumulate(rows[:-1], initial=0))  # O(W), where sum(rows[:r]) per rank was O(W²)
     return _Plan(ring, rows, starts, block.shape[1], block.dtype, block.device, tile)
 
 
@@ -457,11 +459,26 @@ def ring_info_nce_loss(z1: Tensor, z2: Tensor, temperature: Scalar, options: Opt
         scale_t = as_scale(reciprocal(temperature), z)
         plan = _plan(options.group, z, options.tile, needs_grad(z, scale_t))
         # class of a candidate = its global sample index; the other view is an anchor's only positive
-        samples = [torch.arange(s // 2, s // 2 + r // 2, device=z.device) for s, r in zip(plan.starts, plan.rows)]
-        cls_all = torch.cat([torch.cat([idx, idx]) for idx in samples])
+        cls_all = _sample_of_candidates(plan.rows, z.device)
         weight = torch.ones(2 * n, dtype=acc_dtype(z.dtype), device=z.device)
         total = _xent_sum(z, scale_t, plan, cls_all, weight)
     return _value(total, as_count(2 * n, total), plan, options)
+
+
+def _sample_of_candidates(rows: list[int], device: torch.device) -> Tensor:
+    """The global sample index of every candidate, in ring order, from each rank's candidate rows ``2 n_r``: rank
+    ``r``'s block holds its ``n_r`` samples twice (view 1, then view 2). A few tensor operations, whatever ``W``.
+
+    Example:
+        >>> _sample_of_candidates([4, 0, 2], torch.device("cpu"))
+        tensor([0, 1, 0, 1, 2, 2])
+    """
+    per_rank = torch.tensor(rows, device=device)  # 2 n_r: one conversion of W numbers
+    first = (per_rank.cumsum(0) - per_rank) // 2  # each rank's first sample
+    owner = torch.repeat_interleave(per_rank, output_size=sum(rows))  # each candidate's rank
+    start, half = first[owner], per_rank[owner] // 2
+    local = torch.arange(len(owner), device=device) - 2 * start  # its index in its rank's block
+    return start + torch.where(local < half, local, local - half)
 
 
 def ring_supcon_loss(features: Tensor, labels: Tensor | None, temperature: Scalar, options: Options) -> Tensor:

@@ -125,7 +125,7 @@ class GlobalMeanLoss(Metric):
             # one flag per rank, so a mistake on one rank raises on every rank (not a hang at the next step)
             flag = torch.tensor([float(wrong)], device=default_device(self.process_group))
             flags = all_gather_cat(flag, self.process_group, grad="none")
-            ranks = [r for r, f in enumerate(flags.tolist()) if f]
+            ranks = flags.nonzero().flatten().tolist()  # (the failed ranks only: no Python code per rank)
             if ranks and not wrong:
                 raise RuntimeError(
                     f"{type(self).__name__}.accumulate(): on rank(s) {ranks} the calls inside the block did not "

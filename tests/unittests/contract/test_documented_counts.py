@@ -46,6 +46,7 @@ def _emb(g: torch.Generator, rows: int = 4, dim: int = 8) -> torch.Tensor:
 def _situations(rank: int, world: int) -> dict[str, list[str]]:
     """Run every situation on this rank; return the collectives each issued (one name per call). At W = 3 only
     the losses run: the ring's counts depend on the world size, the gathering strategies' must not."""
+    from tests._helpers.loss_cases import column_branch
     from tests._helpers.metrics import BigSum, ManySums
     from torchmetrics_diff import (
         AUROC,
@@ -268,6 +269,13 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
 
     for strategy in ("replicated", "sharded", "ring"):
         contrastive(f"CLIPLoss {strategy}", CLIPLoss(strategy=strategy), lambda: (grad(_emb(g)), grad(_emb(g)), 3.0))
+        if strategy == "sharded":  # the column statistics' other branch (from 5 ranks and a 64 KiB table on)
+            with column_branch("reductions"):
+                contrastive(
+                    "CLIPLoss sharded, column reductions",
+                    CLIPLoss(strategy=strategy),
+                    lambda: (grad(_emb(g)), grad(_emb(g)), 3.0),
+                )
         contrastive(
             f"SigLIPLoss {strategy}", SigLIPLoss(strategy=strategy), lambda: (grad(_emb(g)), grad(_emb(g)), 3.0, -1.0)
         )
@@ -718,6 +726,16 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "docs/losses/clip.rst",
+        "two all-reduces of ``N`` numbers give the same log-sum-exps instead",
+        {
+            "CLIPLoss sharded, column reductions forward 3": 4 + 1,
+            "CLIPLoss sharded, column reductions forward 3 [all_reduce]": 2 + 1,
+            "CLIPLoss sharded, column reductions forward 3 [_all_gather_flat]": 2,
+            "CLIPLoss sharded, column reductions backward 3": 1,
+        },
+    ),
+    Claim(
+        "docs/losses/clip.rst",
         "gather's backward) — no collective of its own",
         {"CLIPLoss sharded backward 3": 1, "CLIPLoss sharded backward 3 [_reduce_scatter_flat]": 1},
     ),
@@ -744,8 +762,13 @@ CLAIMS: list[Claim] = [
     # ------------------------------------------------------------------------------------ strategies (counts only)
     Claim(
         "docs/guide/strategies.rst",
-        "in one more all-gather of ``N`` numbers",
-        {"CLIPLoss sharded forward 3": 4, "SigLIPLoss sharded forward 3": 3},
+        "in one more all-gather of ``N`` numbers, or beyond 4 ranks, once the gathered ``W × N`` table would outgrow "
+        "64 KiB, in two more all-reduces of ``N`` numbers",
+        {
+            "CLIPLoss sharded forward 3": 4,
+            "SigLIPLoss sharded forward 3": 3,
+            "CLIPLoss sharded, column reductions forward 3": 3 + 2,
+        },
     ),
     Claim(
         "docs/guide/strategies.rst",
@@ -787,14 +810,21 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "docs/guide/strategies.rst",
-        "- none - 1 all-gather of ``N`` column statistics per rank",
-        {"CLIPLoss replicated forward 3": 2, "CLIPLoss sharded forward 3": 3 + 1},
+        "- none - 1 all-gather of ``N`` column statistics per rank; beyond 4 ranks and a 64 KiB ``W × N`` table, 2 "
+        "all-reduces of ``N`` numbers instead",
+        {
+            "CLIPLoss replicated forward 3": 2,
+            "CLIPLoss sharded forward 3": 3 + 1,
+            "CLIPLoss sharded, column reductions forward 3": 3 + 2,
+            "CLIPLoss sharded, column reductions forward 3 [all_reduce]": 1 + 2,
+        },
     ),
     Claim(
         "docs/guide/strategies.rst",
         "Replicated issues two collectives per step, sharded four (one more in forward, the reduce-scatter in "
-        "backward; CLIP five",
+        "backward; CLIP five, with the all-gather of its column statistics, six where two all-reduces replace it)",
         {
+            **_steps("CLIPLoss sharded, column reductions", 6),
             **_steps("InfoNCELoss replicated", 2),
             **_steps("SigLIPLoss replicated", 2),
             **_steps("CLIPLoss replicated", 2),

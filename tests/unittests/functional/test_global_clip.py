@@ -4,7 +4,9 @@ Each rank holds a slice of a global batch of leaf tensors and calls ``global_cli
 process computes the reference from ``torch.nn.functional.cross_entropy`` on the full (N, N) logits, in float64,
 and differentiates it with autograd. Checked on every rank: the value, the gradient of the rank's own image and
 text rows, and the logit scale's gradient after the trainer's reduction (sum, or mean over ranks of the W-scaled
-local gradients), for a 0-d and a shape-(1,) scale. World sizes 1, 2, 3 with even, uneven and empty ranks.
+local gradients), for a 0-d and a shape-(1,) scale. World sizes 1, 2, 3 with even, uneven and empty ranks, with
+the column statistics combined by each branch of the rule (one all-gather, or two all-reduces of N numbers).
+The combination itself against ``torch.logsumexp`` (``-inf`` columns and ranks), and the bytes each branch moves.
 
 Also: extreme logits in float32 (the column statistics need their own shift), and that every fused kernel keeps
 at most one tensor of the logit block's size for backward.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -22,7 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from tests._helpers.checks import max_err
+from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
+from tests._helpers.loss_cases import COLUMN_BRANCHES, column_branch
 from tests._helpers.seeds import F64, bounds, generator
 from torchmetrics_diff.functional import (
     clip_loss,
@@ -61,7 +66,13 @@ def _reference(img: Tensor, txt: Tensor, scale: float) -> tuple[float, Tensor, T
     return float(loss.detach()), g_img, g_txt, float(g_s)
 
 
-def _on_rank(rank: int, world: int, cases: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+def _on_rank(rank: int, world: int, cases: list[tuple[Any, ...]], branch: str) -> dict[str, Any]:
+    with column_branch(branch) as decisions:
+        out = _run_cases(rank, world, cases)
+    return {"cases": out, "decisions": decisions}
+
+
+def _run_cases(rank: int, world: int, cases: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     out = []
     for sizes, key, scale, scale_shape, strategy, reduction in cases:
         img_all, txt_all = _batch(sum(sizes), key)
@@ -86,21 +97,29 @@ def _on_rank(rank: int, world: int, cases: list[tuple[Any, ...]]) -> list[dict[s
     return out
 
 
-def _cases(world: int) -> list[tuple[Any, ...]]:
+def _cases(world: int, strategies: tuple[str, ...] = ("sharded", "replicated")) -> list[tuple[Any, ...]]:
     cases = []
     for i, sizes in enumerate(SPLITS[world]):
         for shape_name, shape in SCALES.items():
-            for strategy in ("sharded", "replicated"):
+            for strategy in strategies:
                 for reduction in ("mean", "sum"):
                     scale = (2.0, 7.5)[i % 2]
                     cases.append((sizes, f"{i}{shape_name}", scale, shape, strategy, reduction))
     return cases
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_global_clip_value_and_gradients_equal_single_process_cross_entropy(world_size: int) -> None:
-    cases = _cases(world_size)
-    per_rank = run_distributed(_on_rank, world_size, cases, timeout=120.0)
+@pytest.mark.parametrize(
+    ("world_size", "branch"), [(1, "gather"), (2, "gather"), (3, "gather"), (2, "reductions"), (3, "reductions")]
+)
+def test_global_clip_value_and_gradients_equal_single_process_cross_entropy(world_size: int, branch: str) -> None:
+    # the reductions change only the sharded strategy's column statistics: the replicated cases run once
+    cases = _cases(world_size, ("sharded",) if branch == "reductions" else ("sharded", "replicated"))
+    results = run_distributed(_on_rank, world_size, cases, branch, timeout=120.0)
+    for rank, result in enumerate(results):  # the branch ran wherever the statistics crossed ranks (N > 0)
+        sharded = [c for c in cases if c[4] == "sharded" and sum(c[0])]
+        want = [branch == "gather"] * (len(sharded) if world_size > 1 else 0)
+        assert result["decisions"] == want, f"rank {rank}: the rule chose {result['decisions']}, not {branch}"
+    per_rank = [result["cases"] for result in results]
     problems = []
     for i, (sizes, key, scale, shape, strategy, reduction) in enumerate(cases):
         value, g_img, g_txt, g_s = _reference(*_batch(sum(sizes), key), scale)
@@ -199,3 +218,78 @@ def _sharded_saves(rank: int, world: int) -> int:
 def test_sharded_clip_keeps_at_most_one_row_block_for_backward() -> None:
     """Rank 0 holds 5 of 16 rows: its (5, 16) block is the largest tensor it may keep (the texts are 16 x 3)."""
     assert run_distributed(_sharded_saves, 2, timeout=60.0) == [1, 1]
+
+
+# ------------------------------------------------------------------------------------- the column statistics
+NEG = -torch.inf
+
+
+def _parts(world: int) -> Tensor:
+    """Every rank's partial column log-sum-exps (W, 6): column 0 is ``-inf`` on every rank, column 1 on all but the
+    first, column 2 far above and column 3 far below 0; the second rank holds no rows (its parts are all ``-inf``)."""
+    g = generator("column parts", world)
+    parts = torch.randn(world, 6, generator=g, dtype=F64) * 3
+    parts[:, 0] = NEG
+    parts[1:, 1] = NEG
+    parts[:, 2] += 800.0  # exp would overflow without a shift
+    parts[:, 3] -= 800.0  # and underflow
+    parts[1] = NEG
+    return parts
+
+
+def _combined(rank: int, world: int) -> dict[str, Tensor]:
+    from torchmetrics_diff.functional._global import _column_lse_of_every_rank
+
+    out = {}
+    for branch in COLUMN_BRANCHES:
+        with column_branch(branch) as decisions:
+            out[branch] = _column_lse_of_every_rank(_parts(world)[rank].clone(), None, world)
+        assert decisions == [branch == "gather"]
+    return out
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_both_branches_combine_columns_as_torch_logsumexp(world_size: int) -> None:
+    """``-inf`` everywhere gives ``-inf`` (no NaN); a rank without rows changes nothing; no overflow or underflow."""
+    want = torch.logsumexp(_parts(world_size), dim=0)
+    assert want[0] == NEG and torch.isfinite(want[1:]).all()
+    for rank, got in enumerate(run_distributed(_combined, world_size, timeout=60.0)):
+        for branch, lse in got.items():
+            assert not lse.isnan().any(), f"rank {rank} {branch}: NaN in {lse}"
+            assert lse[0] == NEG, f"rank {rank} {branch}: a column without rows gave {lse[0]}"
+            torch.testing.assert_close(lse, want, rtol=1e-14, atol=0, msg=f"rank {rank} {branch}")
+
+
+def _column_traffic(rank: int, world: int, m: int, force: str | None) -> list[tuple[str, list[int]]]:
+    """The collectives (and their tensors' bytes) of one sharded ``clip_sum`` over ``m`` columns: one image row
+    per rank against ``m`` texts, so the only collectives are the column statistics'. ``force``: a branch, or
+    ``None``: the rule at ``W`` above its limit on ranks (only the table's bytes decide)."""
+    from torchmetrics_diff.functional import _global, clip_sum
+
+    g = generator("column traffic", m, rank)
+    img, txt_all = torch.randn(1, 4, generator=g, dtype=F64), torch.randn(m, 4, generator=g, dtype=F64)
+    sizes: list[tuple[str, list[int]]] = []
+    rule = column_branch(force) if force else mock.patch.object(_global, "_GATHER_MAX_WORLD", 1)
+    with rule, record_collectives(sizes=sizes):
+        clip_sum(img, txt_all, 2.0, min(rank, m - 1), sharded=True)
+    return sizes
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_reductions_move_m_numbers_per_rank_whatever_w(world_size: int) -> None:
+    """The reductions: two all-reduces of the M statistics, no all-gather of the W × M table; the gather: one
+    all-gather whose output is the table."""
+    m, item = 40, 8  # float64 statistics
+    gathered = run_distributed(_column_traffic, world_size, m, "gather", timeout=60.0)
+    reduced = run_distributed(_column_traffic, world_size, m, "reductions", timeout=60.0)
+    for rank in range(world_size):
+        assert gathered[rank] == [("_all_gather_flat", [world_size * m * item, m * item])], gathered[rank]
+        assert reduced[rank] == [("all_reduce", [m * item]), ("all_reduce", [m * item])], reduced[rank]
+
+
+def test_the_rule_gathers_tables_up_to_64_kib() -> None:
+    """Above the ranks' limit the table's bytes decide: 64 KiB (W = 2, 4096 float64 columns) travel in the
+    all-gather, one column more in the reductions."""
+    for m, want in ((4096, ["_all_gather_flat"]), (4097, ["all_reduce", "all_reduce"])):
+        for rank, calls in enumerate(run_distributed(_column_traffic, 2, m, None, timeout=60.0)):
+            assert [name for name, _ in calls] == want, f"M={m} rank {rank}: {calls}"

@@ -11,7 +11,8 @@ global batch through an *independent* reference formula (``tests._helpers.refere
   ``TokenCrossEntropyLoss``, as documented, the weighted mean over every element seen: steps weighted by their
   global weight / valid-token count).
 
-World sizes 1, 2, 3 with even, uneven and empty ranks, both strategies where they apply. All the cases of one loss
+World sizes 1, 2, 3 with even, uneven and empty ranks, both strategies where they apply; the sharded CLIP also with
+each branch of its column statistics' rule forced (one all-gather, or two all-reduces). All the cases of one loss
 kind and world size run in one ``run_distributed`` call; every mismatch is collected and reported with its case.
 """
 
@@ -29,10 +30,12 @@ from torch.nn.parallel import DistributedDataParallel
 from tests._helpers.checks import max_err
 from tests._helpers.harness import run_distributed
 from tests._helpers.loss_cases import (
+    COLUMN_BRANCHES,
     KINDS,
     LOSS_PARAMS,
     STRATEGY_KINDS,
     Net,
+    column_branch,
     criterion_call,
     make_batch,
     make_criterion,
@@ -220,3 +223,22 @@ def test_sharded_equals_replicated(sizes: tuple[int, ...]) -> None:
                         problems.append(f"{where}: grad {name} differs")
         assert replicated_case.kind == sharded_case.kind
     assert not problems, f"{len(problems)} mismatches:\n" + "\n".join(problems)
+
+
+def _run_clip_columns(rank: int, world_size: int, cases: list[Case], branch: str) -> dict[str, Any]:
+    with column_branch(branch) as decisions:
+        results = _run_cases(rank, world_size, cases, N_STEPS)
+    return {"results": results, "decisions": decisions}
+
+
+@pytest.mark.parametrize("branch", COLUMN_BRANCHES)
+@pytest.mark.parametrize("sizes", [(2, 5), (3, 0, 5)], ids=["W=2", "W=3-empty-rank"])
+def test_sharded_clip_column_branches_equal_one_process(sizes: tuple[int, ...], branch: str) -> None:
+    """The sharded CLIP under DDP (and summed gradients) equals one process on the global batch whichever way its
+    column statistics cross the ranks: one all-gather of the W × N table, or two all-reduces of N numbers."""
+    cases = [Case("clip", "sharded", sizes, reduction) for reduction in ("mean", "sum")]
+    out = run_distributed(_run_clip_columns, len(sizes), cases, branch, timeout=120.0)
+    for rank, r in enumerate(out):  # one combination per step of each case
+        assert r["decisions"] == [branch == "gather"] * (N_STEPS * len(cases)), f"rank {rank}: {r['decisions']}"
+    problems = [p for i, case in enumerate(cases) for p in _check_case(case, [r["results"][i] for r in out])]
+    assert not problems, f"{branch}: {len(problems)} mismatches:\n" + "\n".join(problems)
