@@ -69,10 +69,11 @@ PASSES = {False: 3, True: 1}
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 RAW_AR, RAW_AG = "dist.all_reduce, 16 float32", "all-gather into tensor, 2 KiB/rank"
+RAW_ROWS = "all-gather into tensor, 4 x 8 float32/rank"  # all_gather_cat's own data collective
 MEAN_SYNC, MEAN_STEP, COLLECTION = "MeanMetric sync", "MeanMetric forward, dist_sync_on_step", "collection compute"
 AGC, AR, GAT = "all_gather_cat", "all_reduce", "gather_all_tensors"
 CLIP, SIGLIP, SUPCON = "CLIPLoss fwd+bwd", "SigLIPLoss fwd+bwd", "SupConLoss fwd+bwd"
-CASES = (RAW_AR, RAW_AG, MEAN_SYNC, MEAN_STEP, COLLECTION, AGC, AR, GAT, CLIP, SIGLIP, SUPCON)
+CASES = (RAW_AR, RAW_AG, RAW_ROWS, MEAN_SYNC, MEAN_STEP, COLLECTION, AGC, AR, GAT, CLIP, SIGLIP, SUPCON)
 FLAT_TARGETS = (MEAN_SYNC, COLLECTION, AGC, AR)  # at most 2x from 64 to 4096 ranks
 DATA_TARGETS = (CLIP, SIGLIP, SUPCON)  # at most the data's growth
 
@@ -92,6 +93,9 @@ def make_cases() -> dict[str, Callable[[], Any]]:
     send = torch.zeros(GATHER_BYTES // 4)
     recv = torch.empty(world * send.numel())
     fns[RAW_AG] = lambda: _all_gather_flat(recv, send)
+    row_send = torch.zeros(ROWS * WIDTH)
+    row_recv = torch.empty(world * row_send.numel())
+    fns[RAW_ROWS] = lambda: _all_gather_flat(row_recv, row_send)
 
     x = torch.randn(BATCH)
     mean = tmd.MeanMetric()
@@ -259,6 +263,15 @@ def main(args: Any) -> list[Check]:
         Check(f"{case}: host work W={last} / W={first}", ratio(results[last][case], results[first][case]), "<=", 2)
         for case in FLAT_TARGETS
     ]
+    beyond = {w: results[w][AGC] - results[w][RAW_ROWS] for w in (first, last)}  # the package's part of the call
+    checks.append(
+        Check(
+            f"{AGC}: host work beyond its raw all-gather W={last} / W={first}",
+            ratio(beyond[last], beyond[first]),
+            "<=",
+            2,
+        )
+    )
     checks += [
         Check(
             f"{case} (sharded): host work W={last} / W={first} (data grows {growth:g}x)",
