@@ -112,6 +112,7 @@ class _GroupState:
     __slots__ = (
         "agreed",
         "checks",
+        "derived",
         "epoch",
         "fingerprint",
         "host",
@@ -139,6 +140,7 @@ class _GroupState:
         self.host: Host | None = None  # made at the first exchange
         self.checks: str | None = None  # this group's mode (set_checks); None: the process's default
         self.agreed: dict[str, dict[tuple[int, ...], _Agreed]] = {}  # by call name, by this rank's payload
+        self.derived: dict[str, Any] = {}  # what callers derived from an agreed table, by their key (see derived)
         self.fingerprint = torch.zeros(2 * _IDS + 1, dtype=torch.int64)
         self.view = self.fingerprint.numpy()
 
@@ -236,6 +238,12 @@ def _state(group: Group) -> _GroupState:
 def reset_groups() -> None:
     """Forget every group's state (counts, tables, hosts): for a harness that starts each task afresh."""
     _GROUPS.clear()
+
+
+def derived(group: Group) -> dict[str, Any]:
+    """The group's store of what callers derive from a table :func:`exchange` returned (checked peers, offsets),
+    kept with the table so that a steady call, which gets the same table back, derives nothing again."""
+    return _state(group).derived
 
 
 def host(group: Group) -> Host:

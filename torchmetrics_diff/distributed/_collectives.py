@@ -27,7 +27,7 @@ from torchmetrics_diff.distributed._backend import (
     group_rank,
     group_size,
 )
-from torchmetrics_diff.distributed._call import exchange, inline_buffers, inline_capacity
+from torchmetrics_diff.distributed._call import derived, exchange, inline_buffers, inline_capacity
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._failure import fail_on_every_rank
 
@@ -128,9 +128,10 @@ def _exchange_metadata(
     rows = exchange(fn, payload, group, world, failed=problem is not None, labels=labels, want=want)
     if problem is not None:
         raise problem
-    known = _METAS.get(fn)
+    cache = derived(group)
+    known = cache.get(fn)
     if known is not None and known.rows is rows:  # the table of an earlier call that every rank agreed on again
-        return known
+        return cast(_Meta, known)
     peers = [
         _Peer(row[0], dtype_from_code(row[1]), bool(row[2]), row[3], row[4], tuple(row[_FIXED : _FIXED + row[0]]))
         for row in rows
@@ -147,8 +148,7 @@ def _exchange_metadata(
         check("trailing dimensions", lambda p: p.shape[1:])
     elif fn == "all_reduce":
         check("shape", lambda p: p.shape)
-    meta = _Meta(rows, peers)
-    _METAS[fn] = meta
+    meta = cache[fn] = _Meta(rows, peers)
     return meta
 
 
@@ -175,10 +175,6 @@ class _Meta:
             shift = torch.arange(len(self.numels), device=device) * self.width - (counts.cumsum(0) - counts)
             self._index = torch.repeat_interleave(shift, counts) + torch.arange(sum(self.numels), device=device)
         return self._index
-
-
-# the last metadata of each collective (by name), reused while the header exchange returns the same table
-_METAS: dict[str, _Meta] = {}
 
 
 def _row_bytes(tensor: torch.Tensor) -> int:

@@ -152,7 +152,7 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
     state = object.__new__(_call._GroupState)
     for slot, value in {"size": 2, "rank": 0, "seq": 0, "names": {}, "epoch": _call._epoch, "checks": "full"}.items():
         setattr(state, slot, value)
-    state.inline, state.recent, state.host, state.agreed = _call.INLINE_BYTES, [], None, {}
+    state.inline, state.recent, state.host, state.agreed, state.derived = _call.INLINE_BYTES, [], None, {}, {}
     monkeypatch.setattr(_call, "_state", lambda group: state)
     monkeypatch.setattr(_call, "_host_of", lambda state: None)
     monkeypatch.setattr(_call._hosts, "all_gather", lambda host, out, inp: fake_gather(out, inp))
