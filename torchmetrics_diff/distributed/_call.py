@@ -70,7 +70,7 @@ CHECKS = ("full", "steady", "off")
 #: under ``"steady"``, groups of at most this many ranks exchange full headers (an all-gather of about 2 KiB per
 #: rank, which also carries small CPU data); larger groups exchange a fixed-size fingerprint instead
 FULL_HEADER_MAX_RANKS = 8
-_AGREED_PER_NAME = 8  # agreed tables remembered per call name (several objects may make calls of one name)
+_AGREED_PER_NAME = 4  # agreed tables remembered per call name (several objects may make calls of one name)
 _FULL, _FINGERPRINT, _OFF = 0, 1, 2  # how a call's header travels (see _GroupState.transport)
 _IDS = 5  # the fingerprint's identity ints: sequence, count, name (2), agreed table
 

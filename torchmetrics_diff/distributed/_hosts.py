@@ -67,7 +67,7 @@ class Host:
 
     def __init__(self, channel: Any, rank: int, size: int, twin: bool) -> None:
         self.channel, self.rank, self.size, self.twin = channel, rank, size, twin
-        self._scratch: torch.Tensor | None = None
+        self._scratch: tuple[Any, ...] | None = None  # (scratch tensor, its NumPy view, the buffer, its view)
 
 
 def make_host(pg: Any, rank: int, size: int) -> Host:
@@ -121,9 +121,12 @@ def max_reduce(host: Host, buf: torch.Tensor) -> None:
     """
     size, rank = host.size, host.rank
     scratch = host._scratch
-    if scratch is None or scratch.shape != buf.shape:
-        scratch = host._scratch = torch.empty_like(buf)
-    mine, theirs = buf.numpy(), scratch.numpy()  # (NumPy's maximum of a few ints costs less than torch's)
+    if scratch is None or scratch[0].shape != buf.shape or scratch[2] is not buf:
+        # NumPy views made once per buffer (NumPy's maximum of a few ints costs less than torch's)
+        other = torch.empty_like(buf)
+        scratch = host._scratch = (other, other.numpy(), buf, buf.numpy())
+    theirs, mine = scratch[1], scratch[3]
+    scratch = scratch[0]
     low = 1 << (size.bit_length() - 1)  # the largest power of two <= size
     try:
         if rank >= low:  # an extra rank: its partner folds it in, then sends the result back
