@@ -136,13 +136,12 @@ def max_reduce(host: Host, buf: torch.Tensor) -> None:
         if rank + low < size:
             _recv(host, scratch, rank + low)
             np.maximum(mine, theirs, out=mine)
-        mask = 1
+        mask, send, recv, outgoing, incoming = 1, host.channel.send, host.channel.recv, [buf], [scratch]
         while mask < low:
             peer = rank ^ mask
-            sent = host.channel.send([buf], peer, _TAG)
-            got = host.channel.recv([scratch], peer, _TAG)
-            wait(got, scratch)
-            wait(sent, buf)
+            sent = send(outgoing, peer, _TAG)
+            wait(recv(incoming, peer, _TAG), scratch)  # (polled: a blocked wait costs a sleep and a wake)
+            sent.wait()  # (a few bytes: out of this process as soon as the peer's bytes are in)
             np.maximum(mine, theirs, out=mine)
             mask <<= 1
         if rank + low < size:
