@@ -27,6 +27,7 @@ and every other rank's is a constant; the backward needs no communication.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, cast
 
 import torch
@@ -130,8 +131,14 @@ def _sync_across(
     capacity = inline_capacity(group)  # the bytes a CPU row may ride in the call's header exchange
     head = None
     if layout is not None and grad in GRADS:
-        with _no_grad():
+        enabled = grad_enabled()
+        if enabled:  # torch.no_grad() without its Python layers (they are slow right after a collective)
+            set_grad_enabled(False)
+        try:
             head = layout.pack(states, reductions, capacity)
+        finally:
+            if enabled:
+                set_grad_enabled(True)
     problem: Exception | None = None
     if head is not None:
         payload = head if not layout.wide else head[:2]  # (a wide plan's sizes are read from its rows)
@@ -155,7 +162,8 @@ def _sync_across(
         if problem is not None:
             raise problem
         track = grad == "local" and grad_enabled() and _needs_grad(states)
-        if heads[0][0] != 0 and all(h[0] == heads[0][0] for h in heads):  # every rank packed this plan's row
+        # every rank packed this plan's row (the same table object as at the last sync that did: see _call.exchange)
+        if head is not None and (heads is layout.last_heads or (heads[0][0] != 0 and _same_key(heads))):
             return _through_layout(plan, layout, heads, states, reductions, group, track, grad_scale)
         mine = layout.metadata() if head is not None else blob
         return _agree(plan, mine, heads, states, reductions, group, world, rank, device, owner, track, grad_scale)
@@ -248,8 +256,14 @@ def _read(
             for e in entries(states, reductions)
         }
         return layout.unpack_tracked(cut, own)
-    with _no_grad():
+    enabled = grad_enabled()
+    if enabled:
+        set_grad_enabled(False)
+    try:
         return layout.unpack(cut)
+    finally:
+        if enabled:
+            set_grad_enabled(True)
 
 
 class _no_grad:  # torch.no_grad() without its Python layers (they are slow right after a collective)
@@ -263,6 +277,15 @@ class _no_grad:  # torch.no_grad() without its Python layers (they are slow righ
     def __exit__(self, *exc: object) -> None:
         if self.enabled:
             set_grad_enabled(True)
+
+
+def _same_key(heads: list[list[int]]) -> bool:
+    """Whether every rank's header starts with the same key (C-level passes: groups can be large)."""
+    keys = set(map(_first, heads))
+    return len(keys) == 1
+
+
+_first = operator.itemgetter(0)
 
 
 def _needs_grad(states: dict[str, State]) -> bool:

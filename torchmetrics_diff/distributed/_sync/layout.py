@@ -128,6 +128,8 @@ class Layout:
                 slotted.append(g)
                 var += s.dims
         self.n_var = var
+        # cat states read out as more than their concatenation: empty everywhere ([]) or handed to a callable
+        self.post = [cat for cat in self.cats if cat.dtype is None or callable(cat.fn)]
         self.row_bytes = plan.row_bytes
         self.head_bytes = HEADER + 8 * var
         self.slots, _ = layout(self.head_bytes, plan.caps(), plan.row_bytes)
@@ -255,6 +257,7 @@ class Layout:
         views: list[Any] = [*self.cats, *self.gathers]
         for view in views:
             view.fn = fns[view.index]
+        self.post = [cat for cat in self.cats if cat.dtype is None or callable(cat.fn)]
         return True
 
     def _pack_cats(self, values: tuple, agreed: bool) -> list[int] | None:
@@ -462,7 +465,9 @@ class Layout:
         return {name: result[name] for name in self.names}
 
     def _finish_cats(self, result: dict[str, Any]) -> None:
-        for cat in self.cats:
+        if not self.post:
+            return
+        for cat in self.post:
             if cat.dtype is None:  # empty on every rank
                 result[cat.name] = []
             elif callable(cat.fn):
