@@ -7,8 +7,8 @@ The vocabulary (:ref:`architecture-failures`):
   collective of every call) anyway, with its status set to failed, then raises its own error. Every peer reads
   the headers, sees the marker and raises a ``RuntimeError`` naming the failed rank(s) (:func:`peers_failed`).
   No rank is left waiting. :func:`fail_together` (the collectives of ``_collectives``) and :func:`fail_sync` (the
-  sync engine) are the two entry points. (:data:`FAILED` is also the marker a rank of the general engine's
-  round A would send in its hash field; the header's status makes it unreachable in practice.)
+  sync engine) are the two entry points. (A plan's key is never :data:`FAILED`, so a key in a sync's header can
+  never be read as the marker.)
 - A :class:`CollectiveError` is the collective itself failing (a timeout, a dead peer, a backend error), not a
   check of ours; the sync engine re-raises it as a ``RuntimeError`` naming the owner and the states
   (:func:`collective_failed`).

@@ -128,7 +128,7 @@ STEADY = {
     "8 MeanMetrics compute": (1, 0),
     "8 MeanMetrics forward, step 2": (1, 0),
     "8 MeanMetrics forward, step 3 (rank 1 empty)": (1, 0),
-    # outgrown rows: round A (inline in the header when the row fits the inline area) + round B
+    # outgrown rows: the header (with the row inline when it fits the inline area) + the row again, grown
     "cat states compute": {(2, 0), (3, 0)},
     "cat states forward, step 2": (1, 0),  # the rows fit the capacity agreed at step 1
     "BigSum compute": (1, 1),  # 1 + one (sum, float64) bucket
@@ -138,8 +138,8 @@ STEADY = {
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_collective_count_per_sync(world_size: int) -> None:
     """Steady state: one collective per sync without cat states (16 sum states; a collection of 8 MeanMetrics; the
-    row rides in the call's header exchange), two or three with these cat states (round A, inline in the header when
-    it fits, and round B for the rows that outgrew their room), 1 + one all_reduce for a large sum bucket;
+    row rides in the call's header exchange), two or three with these cat states (the row, inline in the header when
+    it fits, and the row again when rows outgrew their room), 1 + one all_reduce for a large sum bucket;
     the first sync costs at most two more; never a barrier; nothing at all with one rank. Values are checked along
     the way."""
     results = run_distributed(_count_body, world_size, timeout=60)
@@ -160,7 +160,7 @@ def test_collective_count_per_sync(world_size: int) -> None:
                 counted = (log.count(GATHER), log.count("all_reduce"))
                 if counted not in allowed or len(log) != sum(counted):
                     problems.append(f"{where}: expected (gathers, all_reduces) in {sorted(allowed)}")
-            else:  # the first sync: the header, then the general engine's rounds (two), then the all_reduces
+            else:  # the first sync: the header, the agreement's metadata, the row, then the all_reduces
                 steady = STEADY.get(case.replace(", first sync", "").replace("first step", "step 2"), (2, 1))
                 steady = max(steady) if isinstance(steady, set) else steady
                 if not 0 < len(log) <= 3 + steady[1]:

@@ -99,7 +99,7 @@ def test_the_inline_area_grows_to_the_rows_calls_want_and_shrinks_back() -> None
         for value in res["values"][:1]:
             torch.testing.assert_close(value, expected, rtol=0, atol=0)
         assert all(v.shape == (4001,) for v in res["values"]), [v.shape for v in res["values"]]
-        # first sync: header + rounds A and B (round A's row holds the metadata only: it fits); second: steady, the
+        # first sync: header + the agreement's metadata + the row; second: the plan's row, the
         # row after the header, whose header asks for an area that fits it; third: the row inside the header exchange
         assert res["counts"] == [3, 2, 1], f"rank {rank}: {res['counts']}"
         assert 8004 <= res["grown"] <= 8004 + _call._STEP, f"rank {rank}: area {res['grown']}"
@@ -184,8 +184,8 @@ def test_fingerprint_calls_agree_without_every_header_and_raise_on_every_rank(wo
             assert [t.shape[1] for t in gathered] == rows, (rank, call)
         for step, (value, log) in enumerate(res["syncs"]):
             assert value == sum(r * (step + 1) + step * (step + 1) / 2 for r in range(world_size)), (step, value)
-            # the first sync agrees on a plan (every rank's header, then the general engine's rounds), the second is
-            # the first of the steady path (its header is new: every rank's again); then the fingerprint and the data
+            # the first sync agrees on a plan (every rank's header, the metadata, the row), the second is the first
+            # through the plan's row (its header is new: every rank's again); then the fingerprint and the data
             steady = ["host_max_reduce", "_all_gather_flat"]
             assert (log[0] == "host_max_reduce" and len(log) > 2) if step < 2 else log == steady, (step, log)
         weights = sum(range(1, world_size + 1))

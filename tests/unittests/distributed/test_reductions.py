@@ -3,8 +3,8 @@ engine (``distributed/_sync``) checked against it.
 
 - :func:`merge` and the row reduce (:func:`reduce_rows`, :func:`reduce_ranks`) for every reduction name, against
   NumPy or a plain Python loop; the 0-d-row rule; the dtype rules.
-- ``sync_states`` at world sizes 1, 2 and 3 with uneven rows (a rank with none included), on the general engine's
-  first sync and on the steady path of the next ones, against :func:`reduce_ranks` of the per-rank values, which
+- ``sync_states`` at world sizes 1, 2 and 3 with uneven rows (a rank with none included), on the first sync
+  (an agreement) and on the plan's row of the next ones, against :func:`reduce_ranks` of the per-rank values, which
   every rank rebuilds from seeds.
 - ``Metric`` asks the same module: ``merge_state``, ``forward``'s fold of a batch into the accumulated states, the
   single-rank sync (no collective: the states are the result) and a custom ``dist_sync_fn`` all give what
@@ -242,7 +242,7 @@ def _engine_body(rank: int, world: int) -> list[str]:
     failures = []
     expected = _expected(world)
     plan = SyncPlan()
-    for sync in range(3):  # the first sync agrees on a plan; the next ones take the steady path where they can
+    for sync in range(3):  # the first sync agrees on a plan; the next ones take its row
         states, fns = _rank_states(rank, world)
         got = sync_states(states, fns, plan=plan)
         for name, want in expected.items():

@@ -38,16 +38,16 @@ def _outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
 
 def _zero_byte_body(rank: int, world: int) -> dict:
     out = {}
-    # a None-reduction state of zero elements on every rank (first sync: round B holds only it)
+    # a None-reduction state of zero elements on every rank (the row's only piece has no room)
     out["None state of shape (0, 2)"] = _outcome(lambda: sync_states({"a": torch.zeros(0, 2)}, {"a": None}))
-    # the cached plan's fast path: round B holds only the zero-size gathered state
+    # the plan's row again: its only piece besides the sum is the zero-size gathered state
     plan = SyncPlan()
     states = {"s": torch.ones(2), "g": torch.zeros(0)}
     sync_states(states, {"s": "sum", "g": None}, plan=plan)
     out["second sync, None state of shape (0,)"] = _outcome(
         lambda: sync_states(states, {"s": "sum", "g": None}, plan=plan)
     )
-    # a large sum state goes to all_reduce, so round B holds only a zero-size min state
+    # a large sum state goes to all_reduce, so the row holds only a zero-size min state
     big = {"big": torch.ones(5000, dtype=torch.float64), "m": torch.zeros(0)}
     out["large sum + zero-size min"] = _outcome(lambda: sync_states(big, {"big": "sum", "m": "min"}))
     return out

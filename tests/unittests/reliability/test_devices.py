@@ -24,8 +24,8 @@ from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
 from torchmetrics_diff.distributed import _call, _collectives, all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._sync import engine as _sync
+from torchmetrics_diff.distributed._sync import layout as _layout
 from torchmetrics_diff.distributed._sync import rows as _rows
-from torchmetrics_diff.distributed._sync import steady as _steady
 from torchmetrics_diff.distributed._sync import sync_states
 from torchmetrics_diff.functional import _global, _strategy
 from torchmetrics_diff.losses import CLIPLoss, GlobalMeanLoss, InfoNCELoss
@@ -78,13 +78,13 @@ def test_losses_keep_the_device() -> None:
 
 def _buffers_body(rank: int, world: int) -> dict[str, Any]:
     seen: list[tuple[str, str]] = []
-    original = _rows.all_gather_flat  # the general engine's gathers (_rows) and the steady path's (_steady)
+    original = _rows.all_gather_flat  # the agreement's gather (_rows) and the rows' (_layout)
 
     def recording(out: torch.Tensor, inp: torch.Tensor, group: Any = None) -> None:
         seen.append((str(out.device), str(inp.device)))
         original(out, inp, group)
 
-    _rows.all_gather_flat = _steady.all_gather_flat = recording
+    _rows.all_gather_flat = _layout.all_gather_flat = recording
     try:
         states = {"total": torch.ones(3, dtype=torch.float64), "rows": [torch.ones(rank + 1, 2)]}
         cpu = torch.device("cpu")
@@ -94,7 +94,7 @@ def _buffers_body(rank: int, world: int) -> dict[str, Any]:
         metric.update(torch.ones(3))
         computed = metric.compute()
     finally:
-        _rows.all_gather_flat = _steady.all_gather_flat = original
+        _rows.all_gather_flat = _layout.all_gather_flat = original
     return {
         "buffers": seen,
         "results": sorted(str(d) for d in tensor_devices(synced) | tensor_devices([value, computed])),
@@ -146,7 +146,7 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
         seen.append(str(inp.device))
         raise _Sentinel
 
-    modules = (metric_module, collections_module, _state_sync, _sync, _rows, _steady, _collectives, _global, _strategy)
+    modules = (metric_module, collections_module, _state_sync, _sync, _rows, _layout, _collectives, _global, _strategy)
     modules += (_call,)
     # no process group here: the call header's group state is made up, and its exchange is the fake gather too
     state = object.__new__(_call._GroupState)

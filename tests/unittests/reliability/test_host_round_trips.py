@@ -8,7 +8,7 @@ them as host values (``distributed._call``), so a dtype change or a bad input on
 rank, and a shape change on one rank alone (an uneven last batch) gives the exact global loss, all without a
 round trip.
 
-Package modules covered: ``distributed`` (``_call``, ``_collectives``, the sync engine's steady path),
+Package modules covered: ``distributed`` (``_call``, ``_collectives``, the sync engine's layout),
 ``functional`` (the strategies, the ring's plan, SupCon's labels), ``losses`` and ``aggregation``.
 """
 

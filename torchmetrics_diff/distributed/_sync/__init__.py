@@ -1,6 +1,6 @@
-"""The state-sync engine, as a package: entry points (:mod:`.engine`), the round protocol (:mod:`.rounds`), the plan
-model (:mod:`.plan`), the agreement checks (:mod:`.agreement`), the steady state's fast path (:mod:`.steady`) and
-the byte rows they exchange (:mod:`.rows`).
+"""The state-sync engine, as a package: the entry points and the one path of a sync (:mod:`.engine`), the plan
+model (:mod:`.plan`), the row of an agreed plan (:mod:`.layout`), the agreement on a plan (:mod:`.agreement`) and
+the byte rows (:mod:`.rows`).
 
 The names the rest of the package uses are importable from here.
 """

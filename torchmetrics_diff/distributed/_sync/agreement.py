@@ -1,11 +1,14 @@
-"""The checks of a sync: this rank's arguments before any collective, every rank's signature after the exchange.
+"""The checks of a sync and the agreement on a plan: this rank's arguments before any collective, every rank's
+metadata (signature and sizes) after it was gathered.
 
 Both raise errors that name the state and, for a disagreement, every rank's view of it. The signature check runs
-on data every rank holds (the gathered signatures), so every rank raises the same ``RuntimeError``.
+on data every rank holds (the gathered metadata), so every rank raises the same ``RuntimeError``.
 """
 
 from __future__ import annotations
 
+import json
+import struct
 from typing import Any
 
 import torch
@@ -80,3 +83,23 @@ def show_dims(dims: Any, kind: str) -> str:
     if kind == GATHER:
         return f"ndim {dims}"
     return str(tuple(dims)) if kind != CAT else f"(*, {', '.join(map(str, dims))})" if dims else "(*,)"
+
+
+def metadata(signature: list[StateSignature], sizes: list[int]) -> bytes:
+    """What a rank sends when the ranks agree on a plan: its signature (JSON, after its length) and its sizes."""
+    text = json.dumps(signature).encode()
+    return len(text).to_bytes(8, "little") + text + struct.pack(f"<{len(sizes)}q", *sizes)
+
+
+def agree(
+    owner: str, blobs: list[bytes], lengths: list[int], world: int
+) -> tuple[list[StateSignature], list[list[int]]]:
+    """Every rank's :func:`metadata` (``lengths``: their lengths, from the call header) validated: the agreed
+    signature and every rank's sizes. Raises the same ``RuntimeError`` on every rank when they disagree."""
+    signatures, sizes = [], []
+    for blob, length in zip(blobs, lengths):
+        n = int.from_bytes(blob[:8], "little")
+        signatures.append(StateSignature.decode(json.loads(blob[8 : 8 + n])))
+        count = (length - 8 - n) // 8
+        sizes.append(list(struct.unpack(f"<{count}q", blob[8 + n : length])))
+    return check_agreement(owner, signatures, world), sizes

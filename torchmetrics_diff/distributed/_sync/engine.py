@@ -1,32 +1,33 @@
 """The state-sync engine's entry points: every state of a metric or collection in as few collectives as possible.
 
-One sync (:ref:`architecture-sync-engine`):
+One sync (:ref:`architecture-sync-engine`), from :func:`sync_states` to the wire:
 
-1. *Round A* — one all-gather of a byte row whose size every rank knows without asking, from the cached
-   :class:`~torchmetrics_diff.distributed._sync.plan.SyncPlan`: a header (signature hash), the per-rank sizes
-   (rows of ``cat`` states, shapes of gathered states), the small ``sum``/``mean``/``min``/``max`` states packed
-   per (op, dtype) bucket, and each ``cat`` state padded to the row capacity the plan remembers. When every
-   rank's signature matches the plan and its rows fit, that one collective is the whole sync: reductions run
-   locally on the gathered rows, identically on every rank, and cat states are cut out of them.
-2. *Fallback* — when the plan is missing or a rank's signature differs from it (the first sync, a shape change,
-   an empty list state), every rank's full metadata is gathered (inline in round A on the first sync),
-   validated (a disagreement raises the same ``RuntimeError`` on every rank) and a new plan is agreed.
-3. *Round B* — one padded all-gather of whatever round A could not carry: cat states that outgrew their
-   capacity (which then grows), gathered states, and on the fallback path the data itself.
-4. Large ``sum``/``mean`` buckets, where moving ``W`` copies would cost more than reducing, take one
-   ``all_reduce`` each (:func:`~torchmetrics_diff.distributed._sync.plan.reduce_by_all_reduce`).
+1. *Pack* — when the caller's :class:`~torchmetrics_diff.distributed._sync.plan.SyncPlan` holds an agreed plan, its
+   :class:`~torchmetrics_diff.distributed._sync.layout.Layout` writes this rank's states into the plan's row and
+   returns the row's header ints: the plan's key, the length of this rank's metadata and its sizes (the rows of
+   each ``cat`` state, the shape of each gathered state). A rank without a plan, or whose states do not match it
+   (another signature, an empty list state), sends ``[0, length of its metadata]`` instead.
+2. *The call header* — every rank's ints travel in the call's header exchange (``distributed._call``), and a
+   CPU row that fits the exchange's inline area rides in it. Every rank sees every rank's ints, so every rank takes
+   the same branch:
+3. every rank sent the same key: the row (if it did not ride inline) and the large ``sum``/``mean`` buckets move,
+   and every state is read from the gathered table. A ``cat`` or gathered state that outgrew its room in the row
+   (the sizes say so) makes every rank grow the plan alike and send again: one collective more;
+4. otherwise *agreement*: one all-gather of every rank's metadata, validated on every rank alike (a disagreement
+   raises the same ``RuntimeError`` everywhere, :mod:`.agreement`), a new plan made from it, and the data moved
+   through the new plan's layout.
 
-So a sync of small CPU states costs one collective in the steady state, cat states included, three on the
-first sync. Rounds are in :mod:`.rounds`, the plan in :mod:`.plan`, the checks in :mod:`.agreement`, the byte rows
-in :mod:`.rows`, and the steady state's fast path in :mod:`.steady`; what a reduction means is
-:mod:`torchmetrics_diff.distributed._reductions`.
+So a sync of small CPU states costs one collective in the steady state, cat states included, three when the ranks
+agree on a plan. The plan is :mod:`.plan`, the layout :mod:`.layout`, the byte rows :mod:`.rows`, the checks
+:mod:`.agreement`; what a reduction means is :mod:`torchmetrics_diff.distributed._reductions`.
 
-Gradients: with ``grad="local"`` each rank's own rows stay in its autograd graph (times ``grad_scale``), and
-every other rank's rows are constants; the backward needs no communication.
+Gradients: with ``grad="local"`` each rank's own contribution stays in its autograd graph (times ``grad_scale``),
+and every other rank's is a constant; the backward needs no communication.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any, cast
 
 import torch
@@ -40,21 +41,20 @@ from torchmetrics_diff.distributed._backend import (
     group_size,
     set_grad_enabled,
 )
-from torchmetrics_diff.distributed._call import exchange, fresh_count, inline_buffers, inline_capacity
+from torchmetrics_diff.distributed._call import exchange, fresh_count, inline_capacity
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._failure import CollectiveError, collective_failed, fail_on_every_rank
 from torchmetrics_diff.distributed._reductions import Reduction, State
-from torchmetrics_diff.distributed._sync.agreement import check_arguments
+from torchmetrics_diff.distributed._sync.agreement import GRADS, agree, check_arguments, metadata
+from torchmetrics_diff.distributed._sync.layout import Layout
 from torchmetrics_diff.distributed._sync.plan import (
-    Entry,
-    SteadyStatus,
     SyncPlan,
     entries,
     local_signature,
+    make_plan,
     resize_capacities,
 )
-from torchmetrics_diff.distributed._sync.rounds import Rounds
-from torchmetrics_diff.distributed._sync.steady import SteadyPath
+from torchmetrics_diff.distributed._sync.rows import align, gather_blob
 
 
 def sync_states(
@@ -120,180 +120,192 @@ def _sync_across(
     world: int,
     call: str,
 ) -> dict[str, Any]:
-    """:func:`sync_states` over more than one rank: this rank's part prepared, the call's header exchanged (every
-    rank's steady-path header, or a marker), then the steady path when every rank can take it, else the rounds."""
+    """:func:`sync_states` over more than one rank: see the module docstring."""
     rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
     count, plan.calls = fresh_count(plan.calls)
-    steady = plan.steady  # None unless the plan's steady path is READY
-    if not (
-        steady is not None
-        and grad == "none"
-        and (steady.world, steady.rank) == (world, rank)
-        and (device or _first_device(states)) == steady.device
-    ):
-        steady = None
-    enabled = grad_enabled()
+    device = device if device is not None else _first_device(states)
+    layout = plan.layout
+    if plan.key and (layout is None or not layout.fits(world, rank, device)):
+        layout = plan.layout = Layout.build(plan, reductions, world, rank, device)
     capacity = inline_capacity(group)  # the bytes a CPU row may ride in the call's header exchange
-    want = 0  # the bytes of this rank's CPU row (the group's inline area grows to fit such rows)
-    if steady is not None:
+    head = None
+    if layout is not None and grad in GRADS:
+        enabled = grad_enabled()
         if enabled:  # torch.no_grad() without its Python layers (they are slow right after a collective)
             set_grad_enabled(False)
         try:
-            if not steady.pack(states, reductions, capacity):
-                steady = None
+            head = layout.pack(states, reductions, capacity)
         finally:
             if enabled:
                 set_grad_enabled(True)
     problem: Exception | None = None
-    if steady is None:
+    if head is not None:
+        payload = head if not layout.wide else head[:2]  # (a wide plan's sizes are read from its rows)
+        want = layout.row_bytes if device.type == "cpu" else 0  # (the group's inline area grows to fit such rows)
+    else:
+        blob, want = b"", 0  # (the row is not known yet: the next sync's header asks for its room)
         try:  # a bad argument, a failed concatenation, an unknown dtype on one rank: the others must not wait
             check_arguments(states, reductions, grad)
             items = entries(states, reductions)
-            local_hash, local_sig = local_signature(items, plan)
+            signature = local_signature(items, plan)[1]
+            sizes = [v for e in items for v in e.variable()]
+            blob = metadata(signature, sizes)
         except Exception as err:
             problem = err
-        if device is None and problem is None:
-            device = next((e.tensor.device for e in items if e.tensor is not None), torch.device("cpu"))
-        device = device if device is not None else torch.device("cpu")  # (unused when this rank failed)
-    else:
-        device = steady.device
-        want = steady.row_bytes if device.type == "cpu" else 0
-    rounds: Rounds | None = None
-    inline: _InlineRoundA | None = None
-    name = f"{owner}.{call}"
-    if steady is not None:
-        payload = [_STEADY, *steady.head_ints]
-    elif problem is None:
-        track = grad == "local" and torch.is_grad_enabled()
-        items = _prepared(items, device, track, grad_scale)
-        rounds = Rounds(items, plan, group, rank, world, owner, device)
-        ints = rounds.head_ints(local_hash)
-        payload = [_ROUNDS, *ints] if ints is not None else [_UNKNOWN]
-        if ints is not None and device.type == "cpu":
-            want = plan.row_bytes
-            if plan.row_bytes <= capacity:
-                inline = _InlineRoundA(name, payload, group, world, owner, count, capacity)
-    else:
-        payload = []
+        payload = [0, len(blob)]
     try:
-        if inline is not None and rounds is not None:  # round A rides in the header exchange
-            with torch.enable_grad() if track else torch.no_grad():
-                result = rounds.run_inline(local_hash, local_sig, inline)
-            if result is not None:
-                if grad == "none":
-                    _arm(plan, local_hash, states, reductions, world, rank, device)
-                return result
-            heads = inline.all_heads
-        else:
-            heads = exchange(
-                name, payload, group, world, failed=problem is not None, who=owner, sync=True, count=count, want=want
-            )
+        heads = exchange(
+            f"{owner}.{call}", payload, group, world, failed=problem is not None, who=owner, sync=True, count=count,
+            want=want,
+        )  # fmt: skip
+        if problem is not None:
+            raise problem
+        track = grad == "local" and grad_enabled() and _needs_grad(states)
+        # every rank packed this plan's row (the same table object as at the last sync that did: see _call.exchange)
+        if head is not None and (heads is layout.last_heads or (heads[0][0] != 0 and _same_key(heads))):
+            return _through_layout(plan, layout, heads, states, reductions, group, track, grad_scale)
+        mine = layout.metadata() if head is not None else blob
+        return _agree(plan, mine, heads, states, reductions, group, world, rank, device, owner, track, grad_scale)
     except CollectiveError as err:
         raise collective_failed(err, owner, list(states), world) from err
-    if problem is not None:
-        raise problem
-    if steady is not None:
-        if heads is not steady.last_heads:  # (the same table as at the last sync: its cut holds; see steady.py)
-            kinds = {h[0] for h in heads}
-            steady.last_cut = steady.cut([h[1:] for h in heads]) if kinds == {_STEADY} else None
-            steady.last_heads = heads
-        cut = steady.last_cut
-        if cut is not None:  # every rank packed this plan's row and every cat state fits: the one data collective
-            if enabled:
-                set_grad_enabled(False)
-            try:
-                return _steady_sync(steady, cut, group, plan, world, owner)
-            finally:
-                if enabled:
-                    set_grad_enabled(True)
-        items = _prepared(entries(states, reductions), device, False, grad_scale)  # passed the steady checks
-        local_hash, local_sig = local_signature(items, plan)
-        rounds = Rounds(items, plan, group, rank, world, owner, device)
-    # every rank's round A header is known when every rank sent one (else round A's table is read for them)
-    memo = plan.heads_memo
-    if memo is not None and memo[0] is heads:
-        known = memo[1]
-    else:
-        known = [h[1:] for h in heads] if {h[0] for h in heads} == {_ROUNDS} else None
-        plan.heads_memo = (heads, known)
-    track = grad == "local" and torch.is_grad_enabled()
-    with torch.enable_grad() if track else torch.no_grad():
-        result = cast(Rounds, rounds).run(local_hash, local_sig, known)
-    if grad == "none":
-        _arm(plan, local_hash, states, reductions, world, rank, device)
-    return result
 
 
-# what a rank's payload in the call's header starts with: the steady path's header ints, round A's, or neither
-_STEADY, _ROUNDS, _UNKNOWN = 1, 2, 3
-
-
-class _InlineRoundA:
-    """Round A of CPU states through the call's header exchange: the row goes into the exchange's inline area, so
-    the exchange that identifies the call also moves the data. Called by the row job with the row's pieces."""
-
-    def __init__(
-        self, name: str, payload: list[int], group: Group, world: int, owner: str, count: int, capacity: int
-    ) -> None:
-        self.name, self.payload, self.group, self.world, self.owner = name, payload, group, world, owner
-        self.count, self.capacity = count, capacity
-        self.all_heads: list[list[int]] = []
-        self.heads: list[list[int]] | None = None  # every rank's round A header, when every rank sent its row inline
-
-    def __call__(self, pieces: list[torch.Tensor], row_bytes: int) -> torch.Tensor:
-        send, grid = inline_buffers(self.world, self.capacity)
-        torch.cat(pieces, out=send[:row_bytes])
-        heads = exchange(
-            self.name, self.payload, self.group, self.world, who=self.owner, sync=True, count=self.count, want=row_bytes
-        )
-        self.all_heads = heads
-        if {h[0] for h in heads} == {_ROUNDS} and len({len(h) for h in heads}) == 1:
-            self.heads = [h[1:] for h in heads]
-        return grid[:, :row_bytes]
-
-
-def _arm(
+def _through_layout(
     plan: SyncPlan,
-    local_hash: int,
+    layout: Layout,
+    heads: list[list[int]],
     states: dict[str, State],
     reductions: dict[str, Reduction],
-    world: int,
-    rank: int,
-    device: torch.device,
-) -> None:
-    """After a sync of the general engine: build the plan's steady path if it is pending and this rank matched it."""
-    if plan.steady_status is SteadyStatus.PENDING and local_hash == plan.signature_hash:
-        plan.set_steady(SteadyPath.build(plan, states, reductions, world, rank, device))
-
-
-def _steady_sync(steady: SteadyPath, cut: Any, group: Group, plan: SyncPlan, world: int, owner: str) -> dict[str, Any]:
-    """The steady path's one data collective and its reading (every rank's header is known: nothing is read back)."""
-    try:
-        steady.gather(group)
-    except CollectiveError as err:
-        raise collective_failed(err, owner, steady.names, world) from err
-    values, rows = steady.unpack(cut)
-    if rows:
-        resize_capacities(plan, rows)
+    group: Group,
+    track: bool,
+    grad_scale: float,
+) -> dict[str, Any]:
+    """Every rank packed the plan's row: move it and read it (every rank's header ints are known, unless the plan
+    is wide: then they are read from the rows). A state that outgrew its room grows the plan; every rank sends
+    again."""
+    if layout.wide:
+        layout.transport(group)
+        heads = layout.heads_from_table()
+        cut = layout.cut(heads)
+    else:
+        if heads is not layout.last_heads:  # (the same table as at the last sync: its cut holds)
+            layout.last_cut, layout.last_heads = layout.cut(heads), heads
+        cut = layout.last_cut
+        if cut is not None:
+            layout.transport(group)
+    if cut is None:  # every rank sees the same sizes: every rank grows the plan alike
+        resize_capacities(plan, layout.units(heads))
+        layout = plan.layout = Layout.build(plan, reductions, layout.world, layout.rank, layout.device)
+        with _no_grad():
+            layout.pack(states, reductions)  # (the states matched the plan: only the room changed)
+        layout.transport(group)
+        cut = cast(tuple, layout.cut(heads))  # (it fits now)
+    values = _read(layout, cut, states, reductions, track, grad_scale)
+    if cut[2]:  # a room far larger than what every rank sent: the next sync's plan shrinks it
+        resize_capacities(plan, cut[2])
     return values
 
 
-def _first_device(states: dict[str, State]) -> torch.device | None:
-    """The device the general engine would pick for the buffers when the first state is not an empty list."""
-    first = next(iter(states.values()), None)
-    if isinstance(first, list):
-        first = first[0] if first else None
-    return first.device if isinstance(first, torch.Tensor) else None
+def _agree(
+    plan: SyncPlan,
+    mine: bytes,
+    heads: list[list[int]],
+    states: dict[str, State],
+    reductions: dict[str, Reduction],
+    group: Group,
+    world: int,
+    rank: int,
+    device: torch.device,
+    owner: str,
+    track: bool,
+    grad_scale: float,
+) -> dict[str, Any]:
+    """No plan, or a rank whose states do not match it: gather every rank's metadata, validate it, make the plan
+    from it and move the data through its layout."""
+    lengths = [h[1] for h in heads]
+    blobs = gather_blob(mine, align(max(lengths)), group, world, device)
+    signature, sizes = agree(owner, blobs, lengths, world)
+    agreed = make_plan(signature, world, sizes)
+    agreed.local, agreed.calls = plan.local, plan.calls
+    plan.__dict__.update(agreed.__dict__)
+    layout = plan.layout = Layout.build(plan, reductions, world, rank, device)
+    with _no_grad():
+        packed = layout.pack(states, reductions, agreed=True)
+    layout.transport(group)  # (its peers wait for this rank's row)
+    if packed is None:  # its states passed the agreement: they fit the plan made from it
+        raise RuntimeError(f"{owner}: internal error: this rank's states do not fit the plan every rank agreed on")
+    cut = layout.cut([[plan.key, 0, *s] for s in sizes])
+    return _read(layout, cut, states, reductions, track, grad_scale)
 
 
-def _prepared(items: list[Entry], device: torch.device, track: bool, grad_scale: float) -> list[Entry]:
-    """Entries moved to ``device``, detached, or (``track``) keeping their graph with the gradient scaled."""
-    for e in items:
-        if e.tensor is not None:
-            e.tensor = e.tensor.to(device)
-            e.tensor = scale_grad(e.tensor, grad_scale) if track else e.tensor.detach()
-    return items
+def _read(
+    layout: Layout,
+    cut: Any,
+    states: dict[str, State],
+    reductions: dict[str, Reduction],
+    track: bool,
+    grad_scale: float,
+) -> dict[str, Any]:
+    """Every state's value from the gathered table; with ``track``, this rank's own contribution keeps its graph
+    (its gradient times ``grad_scale``)."""
+    if track:
+        device = layout.device
+        own = {
+            e.name: None if e.tensor is None else scale_grad(e.tensor.to(device), grad_scale)
+            for e in entries(states, reductions)
+        }
+        return layout.unpack_tracked(cut, own)
+    enabled = grad_enabled()
+    if enabled:
+        set_grad_enabled(False)
+    try:
+        return layout.unpack(cut)
+    finally:
+        if enabled:
+            set_grad_enabled(True)
+
+
+class _no_grad:  # torch.no_grad() without its Python layers (they are slow right after a collective)
+    __slots__ = ("enabled",)
+
+    def __enter__(self) -> None:
+        self.enabled = grad_enabled()
+        if self.enabled:
+            set_grad_enabled(False)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            set_grad_enabled(True)
+
+
+def _same_key(heads: list[list[int]]) -> bool:
+    """Whether every rank's header starts with the same key (C-level passes: groups can be large)."""
+    keys = set(map(_first, heads))
+    return len(keys) == 1
+
+
+_first = operator.itemgetter(0)
+
+
+def _needs_grad(states: dict[str, State]) -> bool:
+    """Whether a state (or an item of a list state) requires gradient."""
+    for value in states.values():
+        if isinstance(value, list):
+            if any(v.requires_grad for v in value if isinstance(v, torch.Tensor)):
+                return True
+        elif isinstance(value, torch.Tensor) and value.requires_grad:
+            return True
+    return False
+
+
+def _first_device(states: dict[str, State]) -> torch.device:
+    """The device of the first tensor among the states (the CPU when there is none)."""
+    for value in states.values():
+        first = value[0] if isinstance(value, list) and value else value
+        if isinstance(first, torch.Tensor):
+            return first.device
+    return torch.device("cpu")
 
 
 def scale_state_grad(value: State, scale: float) -> State:

@@ -3,10 +3,11 @@
 - :class:`StateSignature`: one state as every rank must agree on it (name, kind, dtype, dims, reduction). A
   signature is a list of them; its JSON is what travels between ranks and what is hashed.
 - :class:`Entry`: one state as this rank holds it, which describes itself by a :class:`StateSignature`.
-- :class:`SyncPlan`: the agreed signature, the layout of the next round A (reduction buckets, cat capacities,
-  the row size) and the state of its steady path (:class:`SteadyStatus`).
+- :class:`SyncPlan`: the agreed signature, what the row of the next sync holds (reduction buckets, the room of
+  each ``cat`` and gathered state, the row size), its key, and the :class:`~.layout.Layout` built from it.
 
-Everything in a plan but its caches is built from data identical on every rank, so every rank holds the same plan.
+Everything in a plan but its caches is built from data identical on every rank, so every rank holds the same plan;
+its :attr:`SyncPlan.key` stands for all of it in the call header.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from torchmetrics_diff.distributed._failure import FAILED
 from torchmetrics_diff.distributed._reductions import CAT, Reduction
 from torchmetrics_diff.distributed._sync.rows import HEADER, align, layout, oversized
 
-FIRST_ROW = 4096  # the first sync's row: header plus metadata, which almost always fits
 _GATHER_REDUCE_MAX_BYTES = 64 * 1024  # above this, sum/mean buckets are all-reduced (W x fewer bytes moved)
 UNKNOWN_DTYPE = -1  # the dtype code of an empty list state: its dtype and trailing shape come from peers
 
@@ -36,15 +36,15 @@ GATHER = "gather"  # the kind of a state with a callable or None reduction: stac
 def reduce_by_all_reduce(payload_bytes: int, world: int) -> bool:
     """The one rule choosing all_reduce over gather-and-reduce-locally for sum/mean states.
 
-    A small collective costs about the same whatever its size (latency-bound), so small states ride in round A,
-    which runs anyway: zero extra collectives. Large ones are bandwidth-bound, where an all_reduce moves the
+    A small collective costs about the same whatever its size (latency-bound), so small states ride in the row,
+    which travels anyway: zero extra collectives. Large ones are bandwidth-bound, where an all_reduce moves the
     bytes once instead of ``world`` times.
     """
     return payload_bytes * world > _GATHER_REDUCE_MAX_BYTES
 
 
 def _grown(rows: int) -> int:
-    """The capacity a cat state gets after outgrowing its old one: room for some growth, never zero."""
+    """The room a cat or gathered state gets after outgrowing its old one: room for some growth, never zero."""
     return max(1, math.ceil(rows * 1.25))
 
 
@@ -150,11 +150,10 @@ class Bucket:
 
 
 class SteadyStatus(enum.Enum):
-    """Where a plan stands with its steady path (:mod:`~torchmetrics_diff.distributed._sync.steady`)."""
+    """Whether a plan's :class:`~.layout.Layout` is built (for this rank, group size and device)."""
 
-    PENDING = "pending"  # not built for this layout yet: the next sync of the general engine that matches builds it
-    READY = "ready"  # built: ``SyncPlan.steady`` holds it
-    UNSUPPORTED = "unsupported"  # this layout has parts the steady path cannot do: the general engine runs them
+    PENDING = "pending"  # no layout yet (nothing agreed, or the plan changed): the next sync builds it
+    READY = "ready"  # built: ``SyncPlan.layout`` holds it
 
 
 @dataclass
@@ -168,52 +167,56 @@ class SyncPlan:
     signature_hash: int = 0  # 0: nothing agreed yet
     signature: list[StateSignature] = field(default_factory=list)
     n_variable: int = 0  # int64 sizes every rank sends (cat rows, gathered shapes)
-    buckets: list[Bucket] = field(default_factory=list)  # small reduction buckets riding in round A
+    buckets: list[Bucket] = field(default_factory=list)  # small reduction buckets riding in the row
     reduced: list[Bucket] = field(default_factory=list)  # large sum/mean buckets, all-reduced
-    capacity: dict[str, int] = field(default_factory=dict)  # rows of each cat state round A can carry
-    row_bytes: int = FIRST_ROW
+    capacity: dict[str, int] = field(default_factory=dict)  # room in the row: rows (cat), elements (gathered)
+    row_bytes: int = 0
+    key: int = 0  # stands for the whole plan in the call header (0: none); see :meth:`rekey`
     local: tuple = ()  # (key, hash, signature) of this rank's last signature (a cache, not agreed)
-    steady_status: SteadyStatus = SteadyStatus.PENDING
-    steady: Any = None  # the SteadyPath when steady_status is READY, else None
+    layout: Any = None  # the Layout built from this plan (a cache: rebuilt for another rank, size or device)
     calls: tuple[int, int] | None = None  # syncs made with this plan (its owner's), as ``_call.fresh_count`` keeps
     # them: tells two metrics of one class apart in the header
-    # (the call header's agreed table, what the rounds derived from it): a steady call gets the same table back
-    # from the call header (``_call.exchange``), and then nothing is derived again per rank
-    heads_memo: Any = None
-    sizes_memo: Any = None
 
-    def cat_row_bytes(self, name: str) -> int:
-        return self._cat[name]
+    @property
+    def steady_status(self) -> SteadyStatus:
+        return SteadyStatus.PENDING if self.layout is None else SteadyStatus.READY
+
+    def unit_bytes(self, name: str) -> int:
+        """Bytes of one unit of a cat state (a row) or of a gathered state (an element)."""
+        return self._unit[name]
 
     def pieces(self) -> list[str]:
-        """Names of the pieces of round A, in :meth:`caps` order (a bucket goes by its first state's name)."""
+        """Names of the pieces of the row, in :meth:`caps` order (a bucket goes by its first state's name)."""
         return [b.names[0] for b in self.buckets] + list(self.capacity)
 
     def caps(self) -> list[int]:
-        """Bytes of each piece of round A after the header: the buckets, then each cat state at its capacity."""
-        return [b.nbytes for b in self.buckets] + [rows * self._cat[n] for n, rows in self.capacity.items()]
+        """Bytes of each piece of the row after its header: the buckets, then each cat and gathered state at its
+        capacity."""
+        return [b.nbytes for b in self.buckets] + [units * self._unit[n] for n, units in self.capacity.items()]
 
-    def set_steady(self, path: Any) -> None:
-        """Record the steady path built for this layout (``None``: the layout has none)."""
-        self.steady = path
-        self.steady_status = SteadyStatus.UNSUPPORTED if path is None else SteadyStatus.READY
-
-    def drop_steady(self) -> None:
-        """The layout changed: the steady path is rebuilt at the next sync that matches."""
-        self.steady, self.steady_status = None, SteadyStatus.PENDING
+    def rekey(self) -> None:
+        """The row's size and the plan's key after its layout changed; the layout is rebuilt at the next sync."""
+        self.row_bytes = layout(HEADER + 8 * self.n_variable, self.caps())[1]
+        text = json.dumps([self.signature, list(self.capacity.items()), [b.names for b in self.reduced]])
+        self.key = _hash(text)
+        self.layout = None
 
     def __post_init__(self) -> None:
-        # bytes per row of every cat state whose dtype is known
-        self._cat = {
-            s.name: torch.Size(s.dims).numel() * dtype_from_code(s.dtype).itemsize
+        # bytes per unit of every cat state whose dtype is known (a row) and of every gathered state (an element)
+        self._unit = {
+            s.name: (torch.Size(s.dims).numel() if s.kind == CAT else 1) * dtype_from_code(s.dtype).itemsize
             for s in self.signature
-            if s.kind == CAT and s.dtype != UNKNOWN_DTYPE
+            if s.kind in (CAT, GATHER) and s.dtype != UNKNOWN_DTYPE
         }
 
 
 def signature_hash(signature: list[StateSignature]) -> int:
     """The 8-byte hash of a signature's JSON, never 0 (no plan yet) nor the failure marker."""
-    digest = hashlib.blake2b(json.dumps(signature).encode(), digest_size=8).digest()
+    return _hash(json.dumps(signature))
+
+
+def _hash(text: str) -> int:
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     value = int.from_bytes(digest, "little", signed=True)
     return value if value not in (0, FAILED) else 1
 
@@ -228,8 +231,9 @@ def local_signature(items: list[Entry], plan: SyncPlan) -> tuple[int, list[State
     return plan.local[1], signature
 
 
-def make_plan(signature: list[StateSignature], world: int, capacity: dict[str, int]) -> SyncPlan:
-    """The layout of the next round A, from data identical on every rank."""
+def make_plan(signature: list[StateSignature], world: int, units: list[list[int]]) -> SyncPlan:
+    """The plan of an agreed (validated) signature, with room for the rows and elements every rank sent
+    (``units``: every rank's sizes, :meth:`Entry.variable` in signature order); from data identical on every rank."""
     n_var = sum(1 if s.kind == CAT else s.dims if s.kind == GATHER else 0 for s in signature)
     buckets: dict[tuple, Bucket] = {}
     for s in signature:
@@ -241,28 +245,41 @@ def make_plan(signature: list[StateSignature], world: int, capacity: dict[str, i
     gathered = [b for b in buckets.values() if small or _reductions.selects(b.kind)]
     reduced = [b for b in buckets.values() if not (small or _reductions.selects(b.kind))]
     plan = SyncPlan(signature_hash(signature), signature, n_var, gathered, reduced, {})
-    plan.capacity = {n: capacity.get(n, 0) for n in plan._cat}
-    plan.row_bytes = _row_bytes(plan)
+    plan.capacity = {n: 0 for n in plan._unit}
+    resize_capacities(plan, units_by_state(plan, units))
+    plan.rekey()
     return plan
 
 
-def _row_bytes(plan: SyncPlan) -> int:
-    return layout(HEADER + 8 * plan.n_variable, plan.caps())[1]
+def units_by_state(plan: SyncPlan, sizes: list[list[int]]) -> dict[str, list[int]]:
+    """Every rank's rows (cat) or elements (gathered) of each state with room in the row, from every rank's sizes."""
+    out: dict[str, list[int]] = {}
+    cursor = 0
+    for s in plan.signature:
+        if s.kind == CAT:
+            if s.name in plan.capacity:
+                out[s.name] = [size[cursor] for size in sizes]
+            cursor += 1
+        elif s.kind == GATHER:
+            out[s.name] = [math.prod(size[cursor : cursor + s.dims]) for size in sizes]
+            cursor += s.dims
+    return out
 
 
-def resize_capacities(plan: SyncPlan, rows: dict[str, list[int]]) -> None:
-    """Cat capacities for the next round A, from the rows every rank sent (so every rank agrees).
+def resize_capacities(plan: SyncPlan, units: dict[str, list[int]]) -> bool:
+    """Room in the row for the next sync, from the units every rank sent (so every rank agrees); whether it changed
+    (then the plan is re-keyed and its layout rebuilt).
 
     Exactly what was seen at first (steady batch sizes then fit without padding), room to grow after an
-    overflow, shrunk when far too large. A changed layout drops the plan's steady path (it is rebuilt).
+    overflow, shrunk when far too large.
     """
     resized = False
-    for name in plan._cat:
-        most, cap = max(rows[name]), plan.capacity.get(name, 0)
+    for name, cap in plan.capacity.items():
+        most = max(units[name])
         if cap == 0 or oversized(cap, most):
             plan.capacity[name], resized = most, resized or most != cap
         elif most > cap:
             plan.capacity[name], resized = _grown(most), True
     if resized:
-        plan.row_bytes = _row_bytes(plan)
-        plan.drop_steady()
+        plan.rekey()
+    return resized

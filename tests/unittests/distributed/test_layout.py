@@ -1,11 +1,12 @@
-"""The sync engine's steady path (``distributed/_sync/steady.py``): a sync that matches the agreed plan runs through
-views prepared once, and must give exactly what the general engine gives, interoperate with it within one sync
-(one rank steady, another not), and hand over to it whenever a rank's states stop matching the plan.
+"""The sync engine's one path (``distributed/_sync/layout.py``): a sync that matches the agreed plan runs through the
+views of its layout, prepared once, and must give exactly the reference values, grow the plan when a rank outgrows
+its room (every rank alike, one collective more), and agree on a new plan whenever a rank's states stop matching it
+(one rank matching, another not).
 
 Every expected value is rebuilt inside the rank's body from seeds known to every rank: the reductions with
 ``torch.stack(...).sum/mean/amax/amin(0)`` and ``cat`` states with ``torch.cat`` of every rank's rows in rank order.
-Which path each sync took is read off by wrapping ``SteadyPath.pack``; collectives are counted by wrapping the
-backend's gather (``record_collectives``).
+Whether each sync packed its states into the plan's row is read off by wrapping ``Layout.pack``; collectives
+are counted by wrapping the backend's gather (``record_collectives``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
 from tests._helpers.seeds import seed
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync, sync_states
-from torchmetrics_diff.distributed._sync import steady as _steady
+from torchmetrics_diff.distributed._sync import layout as _layout
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -87,19 +88,22 @@ REDUCTIONS = {name: "cat" if kind == "list" else kind for name, (kind, _, _) in 
 
 @contextmanager
 def _packs() -> Iterator[list[bool]]:
-    """Log of ``SteadyPath.pack`` results (True: this rank synced through the steady path)."""
+    """Log of ``Layout.pack`` results outside an agreement (True: this rank's states matched the plan and were
+    packed into its row; a sync that grows the plan packs twice)."""
     log: list[bool] = []
-    original = _steady.SteadyPath.pack
+    original = _layout.Layout.pack
 
-    def pack(self: Any, *args: Any) -> bool:
-        log.append(original(self, *args))
-        return log[-1]
+    def pack(self: Any, *args: Any, agreed: bool = False) -> Any:
+        head = original(self, *args, agreed=agreed)
+        if not agreed:
+            log.append(head is not None)
+        return head
 
-    _steady.SteadyPath.pack = pack
+    _layout.Layout.pack = pack
     try:
         yield log
     finally:
-        _steady.SteadyPath.pack = original
+        _layout.Layout.pack = original
 
 
 def _check_sync(chk: Checks, tag: str, world: int, sync: int, rows: list[int], plan: SyncPlan, pieces: int = 1):
@@ -117,14 +121,14 @@ def _check_sync(chk: Checks, tag: str, world: int, sync: int, rows: list[int], p
     return packs, calls
 
 
-# ------------------------------------------------------------------------------- steady syncs equal the reference
+# ----------------------------------------------------------------------- syncs equal the reference
 def _sequence_body(rank: int, world: int) -> dict:
     chk = Checks(f"W={world} rank {rank} ")
     plan = SyncPlan()
     base = [5 + 2 * r for r in range(world)]
     seen = {}
-    # sync 0: first sync (general engine); 1-2: steady; 3: the last rank outgrows its capacity (it takes the general
-    # path, the others the steady one, all of them round B); 4: steady with fewer rows;
+    # sync 0: first sync (agreement); 1-2: steady; 3: the last rank outgrows its capacity (every rank grows the plan
+    # and sends again); 4: steady with fewer rows;
     # 5: list states split in 3 pieces (concatenated into the slot); 6: steady with one piece again
     steps = [
         (base, 1),
@@ -135,11 +139,11 @@ def _sequence_body(rank: int, world: int) -> dict:
         (base, 3),
         (base, 1),
     ]
-    inline = {}  # whether the steady path a sync packed carried its row inline in the header exchange
+    inline = {}  # whether the layout a sync packed carried its row inline in the header exchange
     for sync, (rows, pieces) in enumerate(steps):
-        steady = plan.steady
+        layout = plan.layout
         packs, calls = _check_sync(chk, f"sync {sync}", world, sync, rows, plan, pieces)
-        inline[sync] = steady is not None and steady.inline  # (decided when it packed, by the group's inline area)
+        inline[sync] = layout is not None and layout.inline  # (decided when it packed, by the group's inline area)
         seen[sync] = (packs, calls.count("_all_gather_flat"), len(calls))
     return {"failures": chk.failures, "seen": seen, "capacity": dict(plan.capacity), "inline": inline}
 
@@ -156,13 +160,13 @@ def test_steady_syncs_equal_the_reference_and_take_one_collective(world_size: in
         # fits its inline area rides in it (one collective in all), a larger one follows it (two)
         inline = res["inline"]
         assert inline[1], f"rank {rank}: the first plan's rows fit the header exchange's inline area"
-        assert seen[0] == ([], 3, 3), f"rank {rank}: the first sync is the header + the general engine's two: {seen[0]}"
+        assert seen[0] == ([], 3, 3), f"rank {rank}: the first sync is the header, the metadata, the row: {seen[0]}"
         for sync in (1, 2, 4, 5, 6):
             n = 1 if inline[sync] else 2
             assert seen[sync] == ([True], n, n), f"rank {rank} sync {sync}: {n} gather(s) expected: {seen[sync]}"
-        # sync 3: the last rank does not fit and packs nothing; every rank then needs round B (and re-arms its
-        # steady path for the grown capacities, so sync 4 is steady everywhere)
-        assert seen[3] == ([rank != last], 3, 3), f"rank {rank} sync 3: {seen[3]}"
+        # sync 3: the last rank's rows do not fit; its header says how many, so every rank grows the plan alike,
+        # packs again and sends the row in a collective of its own (sync 4 then fits everywhere)
+        assert seen[3] == ([True, True], 2, 2), f"rank {rank} sync 3 (rank {last} outgrew its room): {seen[3]}"
         # (sync 5: pieces concatenated into the slot; rank capacities grew at sync 3, so everything fits)
 
 
@@ -174,7 +178,7 @@ def _mismatch_body(rank: int, world: int) -> dict:
     for sync in range(2):
         _check_sync(chk, f"warm-up {sync}", world, sync, rows, plan)
     messages = {}
-    # the last rank's `a` turns float32: the others are on the steady path when they find out, after round A
+    # the last rank's `a` turns float32: it cannot pack the plan's row, and every rank learns it from the header
     states = {name: _value(name, rank, 9, rows[rank]) for name in SPECS}
     if rank == world - 1:
         states["a"] = states["a"].float()
@@ -185,10 +189,10 @@ def _mismatch_body(rank: int, world: int) -> dict:
         except RuntimeError as err:
             messages["dtype"] = str(err)
     messages["dtype packs"] = packs
-    # the plan survives: the next matching sync is right (general engine, then steady again)
+    # the plan survives: the next matching sync is right (the plan's row again)
     for sync in (10, 11):
         _check_sync(chk, f"after the mismatch {sync}", world, sync, rows, plan)
-    # a rank that failed before syncing joins round A with its failure marker
+    # a rank that failed before syncing joins the header exchange with its failure marker
     states = {name: _value(name, rank, 12, rows[rank]) for name in SPECS}
     try:
         if rank == 1:
@@ -227,7 +231,7 @@ def _capacity_body(rank: int, world: int) -> dict:
         with _packs() as packs:
             _check_sync(chk, f"sync {sync}", world, sync, rows, plan)
         capacities.append((packs, dict(plan.capacity)))
-    # another plan with a much larger row grows the shared buffers: the steady path must re-make its views
+    # another plan with a much larger row grows the shared buffers: the layout must re-make its views
     big = {"x": torch.full((5000,), float(rank)), "y": [torch.ones(2000 + rank, 4)]}
     out = sync_states(big, {"x": "sum", "y": "cat"}, plan=other)
     chk.true("big sum", torch.equal(out["x"], torch.full((5000,), float(sum(range(world))))), "wrong big sum")
@@ -238,7 +242,7 @@ def _capacity_body(rank: int, world: int) -> dict:
     return {"failures": chk.failures, "capacities": capacities}
 
 
-def test_capacities_shrink_on_the_steady_path_and_views_follow_the_buffers() -> None:
+def test_capacities_shrink_and_views_follow_the_buffers() -> None:
     results = run_distributed(_capacity_body, 2, timeout=90)
     failures = [f for res in results for f in res["failures"]]
     assert not failures, "\n".join(failures)
@@ -250,12 +254,13 @@ def test_capacities_shrink_on_the_steady_path_and_views_follow_the_buffers() -> 
     for rank, res in enumerate(results):
         caps = res["capacities"]
 
-        assert caps[1] == ([True], most(300)), f"rank {rank}: steady at capacity 300: {caps[1]}"
-        # 300 rows of room for 3: the steady sync reads the headers and shrinks the plan's capacities to 3
+        assert caps[1] == ([True], most(300)), f"rank {rank}: the plan's row at capacity 300: {caps[1]}"
+        # 300 rows of room for 3: the sync reads the headers and shrinks the plan's capacities to 3
         assert caps[2] == ([True], most(3)), f"rank {rank}: {caps[2]}"
-        assert caps[3][0] == [], f"rank {rank}: the resized plan's next sync is the general engine's: {caps[3]}"
+        # the resized plan's layout is rebuilt locally (the plan is the same on every rank): no agreement
+        assert caps[3] == ([True], most(3)), f"rank {rank}: {caps[3]}"
         assert caps[4] == ([True], most(3)), f"rank {rank}: {caps[4]}"
-        assert caps[5][0] == [True], f"rank {rank}: steady again after the buffers grew: {caps[5]}"
+        assert caps[5][0] == [True], f"rank {rank}: the plan's row again after the buffers grew: {caps[5]}"
 
 
 # ------------------------------------------------------------------------ one plan, groups of different sizes
@@ -272,10 +277,10 @@ def _groups_body(rank: int, world: int) -> dict:
         s = torch.stack([_tensor((3,), F64, "s", r, sync) for r in ranks]).sum(0)
         return {"s": s, "rows": torch.cat([_tensor((2 + r, 4), F32, "r", r, sync) for r in ranks])}
 
-    for sync in range(3):  # the whole world: general engine, then steady
+    for sync in range(3):  # the whole world: the agreement, then the plan's row
         out = sync_states(states(sync), reductions, plan=plan)
         chk.close(f"world sync {sync}", out, expected(sync, list(range(world))), atol=0, rtol=0)
-    if rank < 2:  # the same plan over a group of two: its steady path is for three ranks, so it must not be used
+    if rank < 2:  # the same plan over a group of two: its layout is for three ranks, so it is rebuilt for two
         for sync in range(3, 6):
             out = sync_states(states(sync), reductions, pair, plan=plan)
             chk.close(f"pair sync {sync}", out, expected(sync, [0, 1]), atol=0, rtol=0)
@@ -291,8 +296,8 @@ def test_a_plan_used_over_a_smaller_group_gives_that_groups_values() -> None:
 
 # ------------------------------------------------------------- one plan, same group size, another rank in the group
 def _ranks_body(rank: int, world: int) -> dict:
-    """Global rank 1 arms its plan's steady path as rank 1 of the pair [0, 1], then syncs over the pair [1, 2],
-    where it is rank 0; global rank 2 armed its plan as rank 1 of [0, 2] and is rank 1 of [1, 2] again."""
+    """Global rank 1 builds its plan's layout as rank 1 of the pair [0, 1], then syncs over the pair [1, 2], where it
+    is rank 0; global rank 2 built its layout as rank 1 of [0, 2] and is rank 1 of [1, 2] again."""
     chk = Checks(f"W={world} rank {rank} ")
     pairs = {"a": [0, 1], "c": [0, 2], "b": [1, 2]}
     groups = {name: torch.distributed.new_group(ranks) for name, ranks in pairs.items()}  # every rank calls new_group
@@ -312,13 +317,13 @@ def _ranks_body(rank: int, world: int) -> dict:
             every = [value(g, ranks, sync) for g in ranks]
             want = {"s": torch.stack([v["s"] for v in every]).sum(0), "rows": torch.cat([v["rows"][0] for v in every])}
             chk.close(f"{name} sync {sync}", out, want, atol=0, rtol=0)
-            log.append((name, sync, packs))
+            log.append((name, sync, packs, plan.layout.rank))
 
     log: list = []
-    if rank in (0, 1):  # phase 1: rank 1 arms its plan as rank 1 of [0, 1]
+    if rank in (0, 1):  # phase 1: rank 1 builds its plan's layout as rank 1 of [0, 1]
         sync_over("a", plans["a"] if rank == 0 else plans["b"], range(3))
     torch.distributed.barrier()
-    if rank in (0, 2):  # phase 2: rank 2 arms its plan as rank 1 of [0, 2]
+    if rank in (0, 2):  # phase 2: rank 2 builds its plan's layout as rank 1 of [0, 2]
         sync_over("c", plans["c"] if rank == 0 else plans["b"], range(3, 6))
     torch.distributed.barrier()
     if rank in (1, 2):  # phase 3: one pair of plans with the same history; rank 1 is now rank 0 of the pair
@@ -327,15 +332,20 @@ def _ranks_body(rank: int, world: int) -> dict:
     return {"failures": chk.failures, "log": log}
 
 
-def test_a_steady_path_is_used_only_at_the_rank_it_was_built_for() -> None:
+def test_a_layout_is_used_only_at_the_rank_it_was_built_for() -> None:
     results = run_distributed(_ranks_body, 3, timeout=90)
     failures = [f for res in results for f in res["failures"]]
     assert not failures, "\n".join(failures)
-    phase3 = {rank: [packs for name, _, packs in res["log"] if name == "b"] for rank, res in enumerate(results)}
-    # rank 2 keeps its rank (1) and stays steady; rank 1 must not use the path it built as rank 1 (its own rows would
-    # land in rank 1's place): it takes the general engine, whose round A interoperates with rank 2's steady row
-    assert phase3[2] == [[True]] * 3, f"rank 2: steady over [1, 2] expected: {phase3[2]}"
-    assert phase3[1] == [[]] * 3, f"rank 1: its steady path (built as rank 1) must not be used as rank 0: {phase3[1]}"
+    phase3 = {
+        rank: [(packs, at) for name, _, packs, at in res["log"] if name == "b"] for rank, res in enumerate(results)
+    }
+    # rank 2 keeps its rank (1) and its layout; rank 1 must not use the layout it built as rank 1 (its own rows would
+    # be read from rank 1's place): it builds one as rank 0 from the same plan, without an agreement (the values are
+    # checked in the body)
+    assert phase3[2] == [([True], 1)] * 3, f"rank 2: its layout over [1, 2] expected: {phase3[2]}"
+    assert phase3[1] == [([True], 0)] * 3, f"rank 1: a layout built as rank 0 expected: {phase3[1]}"
+    first = [at for name, _, _, at in results[1]["log"] if name == "a"]
+    assert first == [1] * 3, f"rank 1 built its first layout as rank 1 of [0, 1]: {first}"
 
 
 # ---------------------------------------------------------------------------------- copies carry no agreed plan
@@ -350,7 +360,7 @@ def _copies_body(rank: int, world: int) -> dict:
     every = torch.cat([_tensor((3 + r,), F64, "x", r) for r in range(world)])
     metric = MeanMetric().set_dtype(F64)
     coll = MetricCollection({"mean": MeanMetric().set_dtype(F64), "cat": CatMetric().set_dtype(F64)})
-    for _ in range(3):  # agree on plans and arm their steady paths
+    for _ in range(3):  # agree on plans and build their layouts
         metric.update(x)
         coll.update(x)
         metric.compute()
@@ -363,7 +373,7 @@ def _copies_body(rank: int, world: int) -> dict:
     for how, make in copies.items():
         m, c = make(metric), make(coll)
         plans = list(m._sync_plans.values()) + list(c._sync_plans.values())
-        chk.true(f"{how}: fresh plans", all(p.signature_hash == 0 and p.steady is None for p in plans), f"{plans}")
+        chk.true(f"{how}: fresh plans", all(p.signature_hash == 0 and p.layout is None for p in plans), f"{plans}")
         m.update(x)
         c.update(x)
         chk.close(f"{how}: metric", m.compute(), every.mean(), atol=1e-12, rtol=0)
@@ -404,7 +414,7 @@ def _reduced_body(rank: int, world: int) -> list[Any]:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_all_reduced_buckets_take_the_steady_path(world_size: int) -> None:
+def test_all_reduced_buckets_take_the_plans_row(world_size: int) -> None:
     results = run_distributed(_reduced_body, world_size, timeout=90)
     for rank, out in enumerate(results):
         for step, (values, log) in enumerate(out):
