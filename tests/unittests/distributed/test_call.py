@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
@@ -238,3 +239,37 @@ def test_checks_are_validated_and_read_without_a_process_group() -> None:
     with pytest.raises(ValueError, match="`mode` must be one of"):
         set_checks("sometimes")
     assert get_checks() == "steady"
+
+
+def _subgroup_fingerprint_body(rank: int, world: int) -> dict[str, Any]:
+    """The fingerprint's pairwise rounds address group ranks, not global ones: a subgroup of global ranks 1 and 2."""
+    from torchmetrics_diff import SumMetric
+
+    saved = _call.FULL_HEADER_MAX_RANKS
+    _call.FULL_HEADER_MAX_RANKS = 1
+    try:
+        group = dist.new_group([1, 2])
+        if rank == 0:
+            return {}
+        metric = SumMetric(process_group=group)
+        values, logs = [], []
+        for step in range(3):
+            metric.update(torch.tensor(float(rank + step)))
+            with record_collectives() as log:
+                values.append(metric.compute().item())
+            logs.append(log)
+        cat = all_gather_cat(torch.full((rank,), float(rank)), group=group, grad="none")
+        return {"values": values, "logs": logs, "cat": cat.tolist()}
+    finally:
+        _call.FULL_HEADER_MAX_RANKS = saved
+
+
+def test_fingerprint_rounds_on_a_subgroup_address_its_group_ranks() -> None:
+    results = run_distributed(_subgroup_fingerprint_body, 3, timeout=90)
+    for rank in (1, 2):
+        res = results[rank]
+        # the sums over global ranks 1 and 2 of every update so far
+        expected = [sum(r + s for r in (1, 2) for s in range(step + 1)) for step in range(3)]
+        assert res["values"] == expected, (rank, res["values"])
+        assert all(log[0] == "host_max_reduce" for log in res["logs"]), (rank, res["logs"])
+        assert res["cat"] == [1.0, 2.0, 2.0], (rank, res["cat"])

@@ -113,6 +113,16 @@ def _scenarios_body(rank: int, world: int, port: int) -> dict[str, Any]:
     metric = MeanMetric(dist_sync_on_step=True)
     out["mismatch"] = outcome(lambda: metric(torch.ones(1)) if rank == 0 else metric.compute())
     out["after mismatch"] = all_gather_cat(torch.tensor([float(rank)]), grad="none").tolist()
+    # 7. the fingerprint of large groups over the twins: pairwise rounds between the twins' group ranks
+    saved, _call.FULL_HEADER_MAX_RANKS = _call.FULL_HEADER_MAX_RANKS, 1
+    try:
+        out["fingerprint world"] = [_world_mean(rank) for _ in range(3)]
+        out["fingerprint pair"] = [_world_mean(rank, pair) for _ in range(3)] if rank < 2 else None
+        late = SumMetric()
+        late.update(torch.tensor(1.0))
+        out["fingerprint mismatch"] = outcome(lambda: late.compute() if rank == 3 else _world_mean(rank))
+    finally:
+        _call.FULL_HEADER_MAX_RANKS = saved
     dist.destroy_process_group()
     return out
 
@@ -138,6 +148,11 @@ def test_twins_never_hang_whatever_groups_exist_or_come_first() -> None:
         failure = problem(f"rank {rank}", res["mismatch"], "RuntimeError", ("different calls", "MeanMetric"))
         assert not failure, failure
         assert res["after mismatch"] == [0.0, 1.0, 2.0, 3.0], res
+        assert res["fingerprint world"] == pytest.approx([1.5] * 3), res
+        if rank < 2:
+            assert res["fingerprint pair"] == pytest.approx([0.5] * 3), res
+        failure = problem(f"rank {rank}", res["fingerprint mismatch"], "RuntimeError", ("different calls",))
+        assert not failure, failure
 
 
 TIMEOUT_S = 3.0
