@@ -16,10 +16,18 @@ that communicates (a collective of :mod:`._collectives`, a state sync, the ring'
 Every rank reads every rank's header and raises the same ``RuntimeError`` when they are not in the same call,
 naming each rank's call and counts, before any collective whose size depends on the call.
 
-The header is built from host values (names, shapes) and travels as a CPU tensor over a group that carries CPU
-tensors: the call's own group when its backend has gloo (or a ``"cpu:gloo,cuda:nccl"`` pair), else a gloo twin
-of it made once (:func:`host_group`). Reading it therefore never waits for a GPU: it is a host-to-host exchange
-that runs while the GPU works through its queue, not a host round trip.
+The header is built from host values (names, shapes) and travels as a CPU tensor over the group's host
+(:mod:`._hosts`): the call's own group when its backend carries CPU tensors (gloo, a ``"cpu:gloo,cuda:nccl"``
+pair), else a gloo twin of it made once on the group's own store. Reading it therefore never waits for a GPU: it
+is a host-to-host exchange that runs while the GPU works through its queue, not a host round trip.
+
+In groups of more than :data:`FULL_HEADER_MAX_RANKS` ranks (under the default checks, :func:`set_checks`) every
+rank's header is exchanged only when needed: each call first max-reduces a fixed-size *fingerprint* (sequence
+number, count, name, the id of the table of payloads the ranks agreed on at an earlier call of this name, and
+whether this rank's payload changed) in ``log2 W`` pairwise rounds; when every rank agrees, the agreed table is the
+answer (the same list object as then), else every rank exchanges its header as above, in the same call. The
+state the package keeps per group (counts, the inline area, the host, the checks, the agreed tables) is one
+:class:`_GroupState`.
 
 Every exchange sends the header, then an inline area that a state sync of CPU data fills with its own row when it
 fits (:func:`inline_buffers`), so that on CPU/gloo a sync is one collective. The area's size is the group's, the
