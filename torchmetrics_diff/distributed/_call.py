@@ -92,12 +92,30 @@ def _checks_from_environment() -> str:
 
 _default_checks = _checks_from_environment()
 
-# the entry point a collective runs for ("CLIPLoss.forward"), set by the loss classes: names the call (see enter)
-_caller = ""
-_caller_count = 0
-# bumped on every rank alike when a header exchange raises (peers in different calls, a failed peer): the objects'
-# call counts restart from it, so the ranks agree again after an error they all raised (see fresh_count)
-_epoch = 0
+
+class _CallContext:
+    """What names this process's calls to the collectives, and when their counts restart: one per process.
+
+    Attributes:
+        entry: the entry point a collective runs for (``"CLIPLoss.forward"``), set by :func:`enter` and cleared by
+            :func:`leave`; ``""`` outside any. It names the call in the header and in the errors.
+        count: how many calls the object behind ``entry`` made before this one (the header's count).
+        epoch: bumped on every rank alike when a header exchange raises (peers in different calls, a failed peer):
+            the objects' call counts and the groups' counts of names restart from it, so the ranks agree again
+            after an error they all raised (see :func:`fresh_count`).
+
+    A plain object with plain attributes (no ``__slots__``, no context manager): ``torch.compile`` traces the
+    assignments of :func:`enter` and :func:`leave` as side effects, without a graph break.
+    """
+
+    def __init__(self) -> None:
+        self.entry = ""
+        self.count = 0
+        self.epoch = 0
+
+
+#: the process's call context (the groups' own state is in :class:`_GroupState`)
+CONTEXT = _CallContext()
 
 
 class _Agreed:
@@ -142,7 +160,7 @@ class _GroupState:
         self.size, self.rank = dist.get_world_size(pg), dist.get_rank(pg)
         self.seq = 0  # calls on the group so far
         self.names: dict[str, int] = {}  # calls of each name so far (in the current error epoch)
-        self.epoch = _epoch
+        self.epoch = CONTEXT.epoch
         self.inline = INLINE_BYTES  # the inline area's bytes (full headers only)
         self.recent: list[int] = []  # the largest inline row wanted by each of the last _WINDOW exchanges
         self.host: Host | None = None  # made at the first exchange
@@ -164,8 +182,8 @@ class _GroupState:
     def next_count(self, name: str) -> tuple[int, int]:
         """This process's (calls on the group so far, calls of ``name`` so far), then counts this one. The counts
         of names restart after an error of a header exchange, as objects' counts do (:func:`fresh_count`)."""
-        if self.epoch != _epoch:
-            self.names, self.epoch = {}, _epoch
+        if self.epoch != CONTEXT.epoch:
+            self.names, self.epoch = {}, CONTEXT.epoch
         seq, count = self.seq, self.names.get(name, 0)
         self.seq, self.names[name] = seq + 1, count + 1
         return seq, count
@@ -205,33 +223,32 @@ def enter(name: str, count: int) -> None:
     ``try`` around a graph break would split the compiled frame. An entry point that raises leaves it set; the
     next entry point replaces it.
     """
-    global _caller, _caller_count
-    _caller, _caller_count = name, count
+    CONTEXT.entry, CONTEXT.count = name, count
 
 
 def leave() -> None:
     """End the entry point :func:`enter` named."""
-    global _caller
-    _caller = ""
+    CONTEXT.entry = ""
 
 
 def fresh_count(counted: tuple[int, int] | None) -> tuple[int, tuple[int, int]]:
     """An object's count of its calls: ``(calls before this one, what to store for the next)``, from what it stored
     (``None`` at first). Counts restart after an error of a header exchange, which every rank raised alike."""
-    n = counted[1] if counted is not None and counted[0] == _epoch else 0
-    return n, (_epoch, n + 1)
+    epoch = CONTEXT.epoch
+    n = counted[1] if counted is not None and counted[0] == epoch else 0
+    return n, (epoch, n + 1)
 
 
 def _failed_exchange() -> None:
     """A header exchange raises (or this rank joined it only to fail): the entry point ends; counts restart."""
-    global _epoch
-    _epoch += 1
+    CONTEXT.epoch += 1
     leave()
 
 
 def call_name(op: str) -> str:
     """``op`` inside the current entry point: ``"CLIPLoss.update: all_gather_cat"``; ``op`` outside any."""
-    return f"{_caller}: {op}" if _caller else op
+    entry = CONTEXT.entry
+    return f"{entry}: {op}" if entry else op
 
 
 def _state(group: Group) -> _GroupState:
@@ -445,7 +462,7 @@ def exchange(
     state = _state(group)
     seq, named = state.next_count(name)
     if count is None:
-        count = _caller_count if _caller else named
+        count = CONTEXT.count if CONTEXT.entry else named
     transport = state.transport()
     if transport == _FULL:
         return _full(state, name, payload, seq, count, failed, want, state.inline, who, labels, sync)

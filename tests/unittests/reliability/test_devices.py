@@ -150,7 +150,8 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
     modules += (_call,)
     # no process group here: the call header's group state is made up, and its exchange is the fake gather too
     state = object.__new__(_call._GroupState)
-    for slot, value in {"size": 2, "rank": 0, "seq": 0, "names": {}, "epoch": _call._epoch, "checks": "full"}.items():
+    slots = {"size": 2, "rank": 0, "seq": 0, "names": {}, "epoch": _call.CONTEXT.epoch, "checks": "full"}
+    for slot, value in slots.items():
         setattr(state, slot, value)
     state.inline, state.recent, state.host, state.agreed, state.derived = _call.INLINE_BYTES, [], None, {}, {}
     monkeypatch.setattr(_call, "_state", lambda group: state)
