@@ -16,7 +16,8 @@ state; then the median over passes of the four W), and the growth W=4096 / W=64:
 
 Targets (reported, never asserted): at W=4096 at most 2x the host work of W=64 for the MeanMetric sync, the
 collection's compute, ``all_gather_cat`` and ``all_reduce``; for the loss steps at most the growth of their data
-(the global batch grows 64x from 64 to 4096 ranks).
+(the global batch grows 64x from 64 to 4096 ranks), and for ``gather_all_tensors``, whose output is a list of W
+tensors, at most the growth of that list.
 
 Run alone: ``python benchmarks/bench_scale.py [--quick]``; with ``--profile CASE`` (e.g. ``"MeanMetric sync"``)
 it prints cProfile's top functions of that case at ``--world`` ranks (default 4096) instead.
@@ -301,6 +302,15 @@ def main(args: Any) -> list[Check]:
         )
         for case in DATA_TARGETS
     ]
+    # a list of W tensors by its contract: its output grows with W (see its docstring); nothing grows faster
+    checks.append(
+        Check(
+            f"{GAT}: host work W={last} / W={first} (its output: W tensors, {growth:g}x)",
+            ratio(results[last][GAT], results[first][GAT]),
+            "<=",
+            growth,
+        )
+    )
     return checks
 
 
