@@ -27,10 +27,13 @@ from typing import Any, Callable, Union
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed._compile import compiling
-
 #: a number or a one-element tensor (a logit scale, a temperature, a bias)
 Scalar = Union[Tensor, float]
+
+#: ``True`` while Dynamo traces, ``False`` in eager mode: ``torch.compiler.is_compiling`` where torch has it. The
+#: functional layer's own copy of ``distributed._compile.compiling`` (the same function), so that it imports nothing
+#: of the package outside ``functional/`` (:ref:`architecture-layers`).
+compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", lambda: False)
 
 
 def _shape(x: Tensor) -> tuple[int, ...]:

@@ -24,8 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import torch
 
-from torchmetrics_diff.distributed._compile import compiling
-from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int, check_values
+from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int, check_values, compiling
 from torchmetrics_diff.functional._classification_docs import args_section, compose, section
 
 TASKS = ("binary", "multiclass", "multilabel")

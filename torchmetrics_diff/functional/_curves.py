@@ -23,8 +23,7 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.distributed._compile import compiling
-from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int
+from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int, compiling
 from torchmetrics_diff.functional._classification import (
     TASKS,
     _check_labels,

@@ -21,8 +21,7 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.distributed._compile import compiling
-from torchmetrics_diff.functional._checks import acc_dtype, check_positive_int, check_values
+from torchmetrics_diff.functional._checks import acc_dtype, check_positive_int, check_values, compiling
 
 MULTIOUTPUTS = ("raw_values", "uniform_average", "variance_weighted")
 COSINE_REDUCTIONS = ("sum", "mean", "none", None)
