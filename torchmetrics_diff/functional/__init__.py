@@ -15,8 +15,10 @@ Inside, one job per module: ``_checks`` (validation, dtypes, counts, scales), ``
 SupCon, SigLIP: block and whole-batch forms), ``_normalized`` (weighted mean, token cross-entropy),
 ``_barlow_twins``, ``_vicreg``, ``_dino`` (the teacher center's maths), ``_moe`` (the Mixture-of-Experts router
 losses), ``_kernels`` (the fused autograd kernels, free of communication); the everyday metrics' maths in
-``_classification`` (with ``_curves`` for AUROC and average precision and ``_classification_tasks`` for the task
-forms), ``_regression``, ``_retrieval`` and ``_text``.
+``_classification`` (the tasks' inputs and stat scores), ``_classification_scores`` (the scores reduced from them),
+``_confusion_matrix``, ``_curves`` and ``_curve_functions`` (AUROC and average precision),
+``_classification_tasks`` (the task forms), ``_regression``, ``_correlation`` and ``_similarity`` (regression),
+``_retrieval`` and ``_text``.
 """
 
 from __future__ import annotations
@@ -29,16 +31,8 @@ from torchmetrics_diff.functional._barlow_twins import (
     barlow_twins_loss,
     barlow_twins_stats,
 )
-from torchmetrics_diff.functional._classification import (
-    StatScores,
-    accuracy,
-    confusion_matrix,
-    f1_score,
-    precision,
-    recall,
-    specificity,
-    stat_scores,
-)
+from torchmetrics_diff.functional._classification import StatScores, stat_scores
+from torchmetrics_diff.functional._classification_scores import accuracy, f1_score, precision, recall, specificity
 from torchmetrics_diff.functional._classification_tasks import (
     binary_accuracy,
     binary_confusion_matrix,
@@ -62,6 +56,7 @@ from torchmetrics_diff.functional._classification_tasks import (
     multilabel_specificity,
     multilabel_stat_scores,
 )
+from torchmetrics_diff.functional._confusion_matrix import confusion_matrix
 from torchmetrics_diff.functional._contrastive import (
     clip_block,
     clip_loss,
@@ -72,7 +67,8 @@ from torchmetrics_diff.functional._contrastive import (
     supcon_block,
     supcon_loss,
 )
-from torchmetrics_diff.functional._curves import (
+from torchmetrics_diff.functional._correlation import explained_variance, pearson_corrcoef, r2_score, spearman_corrcoef
+from torchmetrics_diff.functional._curve_functions import (
     auroc,
     average_precision,
     binary_auroc,
@@ -98,15 +94,9 @@ from torchmetrics_diff.functional._normalized import (
     weighted_mean_block,
 )
 from torchmetrics_diff.functional._regression import (
-    cosine_similarity,
-    explained_variance,
-    kl_divergence,
     mean_absolute_error,
     mean_absolute_percentage_error,
     mean_squared_error,
-    pearson_corrcoef,
-    r2_score,
-    spearman_corrcoef,
     symmetric_mean_absolute_percentage_error,
 )
 from torchmetrics_diff.functional._retrieval import (
@@ -118,6 +108,7 @@ from torchmetrics_diff.functional._retrieval import (
     retrieval_ranks,
     retrieval_recall_at_k,
 )
+from torchmetrics_diff.functional._similarity import cosine_similarity, kl_divergence
 from torchmetrics_diff.functional._text import perplexity
 from torchmetrics_diff.functional._vicreg import (
     VICRegStats,
