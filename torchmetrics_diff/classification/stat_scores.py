@@ -16,16 +16,13 @@ from typing import Any, ClassVar
 import torch
 
 from torchmetrics_diff.functional._classification import StatScores as Counts
-from torchmetrics_diff.functional._classification import (
-    check_multidim_args,
-    check_task_args,
+from torchmetrics_diff.functional._classification import check_multidim_args, check_task_args, stat_scores
+from torchmetrics_diff.functional._classification_scores import (
     check_zero_division,
-    confusion_counts,
-    normalize_confusion,
     reduce_stat_scores,
     stack_stat_scores,
-    stat_scores,
 )
+from torchmetrics_diff.functional._confusion_matrix import confusion_counts, normalize_confusion
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 _TASK_ARGS = """

@@ -1,8 +1,9 @@
 """The rules the functions of :mod:`torchmetrics_diff.functional` share: input validation, dtypes, counts, scales.
 
 Each rule is written once here and asked for by the loss families (``_contrastive``, ``_normalized``,
-``_barlow_twins``), the fused kernels (``_kernels``), the strategies (``_strategy``, ``_ring``, ``_global``) and
-the everyday metrics (``_classification``, ``_regression``, ``_retrieval``, ``_text``).
+``_barlow_twins``, ...), the fused kernels (``_kernels``), the everyday metrics (``_classification``,
+``_regression``, ``_retrieval``, ``_text``, ...) and, one layer up, the global layer (``torchmetrics_diff._global``:
+the strategies, the ring kernels and the ``global_*`` functions).
 Validators raise a ``ValueError`` that names the argument, what it must be and what it is.
 
 Sums and counts are accumulated in at least float32 (:func:`acc_dtype`: half-precision counts are not exact
@@ -27,10 +28,13 @@ from typing import Any, Callable, Union
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed._compile import compiling
-
 #: a number or a one-element tensor (a logit scale, a temperature, a bias)
 Scalar = Union[Tensor, float]
+
+#: ``True`` while Dynamo traces, ``False`` in eager mode: ``torch.compiler.is_compiling`` where torch has it. The
+#: functional layer's own copy of ``distributed._compile.compiling`` (the same function), so that it imports nothing
+#: of the package outside ``functional/`` (:ref:`architecture-layers`).
+compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", lambda: False)
 
 
 def _shape(x: Tensor) -> tuple[int, ...]:

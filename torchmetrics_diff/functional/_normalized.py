@@ -2,7 +2,7 @@
 
 Each comes as a *block* form ``*_block(...) -> (loss_sum, count)`` (a shard's sum and its weight) and a mean form,
 the block's sum over its count. Across ranks the sums and counts add up: the ``global_*`` forms of
-:mod:`._global` divide the summed sums by the summed counts.
+``torchmetrics_diff._global.normalized`` divide the summed sums by the summed counts.
 """
 
 from __future__ import annotations

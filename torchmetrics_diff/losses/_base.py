@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from torchmetrics_diff._global.strategy import check_strategy, check_tile, checked_together
 from torchmetrics_diff.distributed._call import enter, fresh_count, leave
-from torchmetrics_diff.functional._strategy import check_strategy, check_tile, checked_together
 from torchmetrics_diff.metric import Metric
 
 

@@ -15,10 +15,11 @@ import torch
 from torch import Tensor
 
 from torchmetrics_diff import functional as F
+from torchmetrics_diff._global.moe import load_balancing_global_step
+from torchmetrics_diff._global.strategy import checked_together
 from torchmetrics_diff.distributed._call import leave
 from torchmetrics_diff.functional._checks import check_choice, check_positive_int
-from torchmetrics_diff.functional._moe import PROBS_OVER, load_balancing_global_step, load_balancing_stats
-from torchmetrics_diff.functional._strategy import checked_together
+from torchmetrics_diff.functional._moe import PROBS_OVER, load_balancing_stats
 from torchmetrics_diff.losses._base import enter_call, note_value_dtype
 from torchmetrics_diff.losses.normalized import GlobalMeanLoss
 

@@ -27,11 +27,11 @@ import torch
 from torch import Tensor
 
 from torchmetrics_diff import functional as F
+from torchmetrics_diff._global.strategy import checked_together, global_normalized
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce
 from torchmetrics_diff.distributed._backend import default_device, group_size
 from torchmetrics_diff.distributed._call import leave
 from torchmetrics_diff.functional._checks import safe_divide
-from torchmetrics_diff.functional._strategy import checked_together, global_normalized
 from torchmetrics_diff.losses._base import check_consistent, enter_call, note_value_dtype, value_dtype
 from torchmetrics_diff.metric import Metric
 

@@ -13,26 +13,30 @@ from typing import Any, ClassVar
 
 import torch
 
-from torchmetrics_diff.functional._regression import (
-    check_cosine_reduction,
-    check_kl_args,
+from torchmetrics_diff.functional._correlation import (
     check_multioutput,
-    check_num_outputs,
     check_r2_args,
-    cosine_similarity_rows,
     explained_variance_from_stats,
     explained_variance_stats,
-    kl_divergence_rows,
+    pearson_corrcoef_from_stats,
+    pearson_corrcoef_stats,
+    r2_score_from_stats,
+    r2_score_stats,
+)
+from torchmetrics_diff.functional._regression import (
+    check_num_outputs,
     mean_absolute_error_from_stats,
     mean_absolute_error_stats,
     mean_absolute_percentage_error_stats,
     mean_squared_error_from_stats,
     mean_squared_error_stats,
-    pearson_corrcoef_from_stats,
-    pearson_corrcoef_stats,
-    r2_score_from_stats,
-    r2_score_stats,
     symmetric_mean_absolute_percentage_error_stats,
+)
+from torchmetrics_diff.functional._similarity import (
+    check_cosine_reduction,
+    check_kl_args,
+    cosine_similarity_rows,
+    kl_divergence_rows,
 )
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 

@@ -12,7 +12,7 @@ FSDP, DeepSpeed) or sums them (``"sum"``), equals that of one process on the glo
   The backward reduce-scatters the candidates' gradients to their owners: ``W`` times less compute and
   memory per rank for the loss.
 - ``"ring"``: the candidate blocks travel around the ranks and the logits exist one tile at a time
-  (:mod:`._ring`): per-rank memory independent of the number of ranks.
+  (:mod:`.ring_losses`): per-rank memory independent of the number of ranks.
 
 This module holds what they share: the table of strategies and the checks of the options
 (:func:`check_options`, used by the functions and by the loss classes), :func:`checked_together` (a bad input

@@ -1,4 +1,4 @@
-"""Tests of ``torchmetrics_diff.functional._strategy``: the strategy table, the option checks, ``checked_together``,
+"""Tests of ``torchmetrics_diff._global.strategy``: the strategy table, the option checks, ``checked_together``,
 the packing of views, ``sharded_value`` and ``global_rows_loss`` against a brute-force single process.
 
 The distributed cases run on two gloo ranks (``tests/_helpers/harness.py``) in float64, with uneven rows and an
@@ -15,9 +15,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from tests._helpers.harness import run_distributed
-from torchmetrics_diff.distributed import gather_all_tensors
-from torchmetrics_diff.functional import STRATEGIES, global_rows_loss
-from torchmetrics_diff.functional._strategy import (
+from torchmetrics_diff._global.strategy import (
     DEFAULT_TILE,
     GRAD_REDUCTIONS,
     Options,
@@ -32,6 +30,8 @@ from torchmetrics_diff.functional._strategy import (
     strategy_table,
     unpack,
 )
+from torchmetrics_diff.distributed import gather_all_tensors
+from torchmetrics_diff.functional import STRATEGIES, global_rows_loss
 
 F64 = torch.float64
 TOL = {"rtol": 1e-12, "atol": 1e-12}
