@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_diff import functional as F
+from torchmetrics_diff._batch_step import record_step
 from torchmetrics_diff._global.moe import load_balancing_global_step
 from torchmetrics_diff._global.strategy import checked_together
 from torchmetrics_diff.distributed._call import leave
@@ -171,7 +172,7 @@ class LoadBalancingLoss(GlobalMeanLoss):
     def _value(self, inputs: dict[str, Any], method: str) -> tuple[Tensor, Tensor]:
         """The call's value and its local token count: checks (failing on every rank), one all-reduce."""
         named = enter_call(self, method)
-        if self.dist_sync_on_step and self._distributed_available():
+        if self._step_syncs():
             with checked_together(self.process_group, inputs["router_probs"]):
                 self._check_inputs(inputs)
                 stats = self._stats(**inputs)
@@ -199,14 +200,12 @@ class LoadBalancingLoss(GlobalMeanLoss):
         return step.value, stats.tokens
 
     def _step(self, **inputs: Any) -> Tensor:
-        """``forward``'s body, in the batch-step protocol of :class:`~torchmetrics_diff.Metric`: the step's value
+        """``forward``'s body, a step of the batch-step protocol (``_batch_step.record_step``): the step's value
         is recorded once every rank has it (a failing call leaves nothing to undo)."""
         if self._is_synced:
             raise self._synced_error("forward")
         value, tokens = self._value(inputs, "forward")
-        step = self._begin_batch()
-        self._record(value, tokens)
-        return self._finish_batch(step, value)
+        return record_step(self, value, lambda: self._record(value, tokens))
 
     def _update_from(self, **inputs: Any) -> None:
         value, tokens = self._value(inputs, "update")

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_diff import functional as F
+from torchmetrics_diff._batch_step import record_step
 from torchmetrics_diff._global.strategy import checked_together, global_normalized
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce
 from torchmetrics_diff.distributed._backend import default_device, group_size
@@ -166,8 +167,8 @@ class GlobalMeanLoss(Metric):
         check_consistent(type(self).__name__, inputs, self._same_dtype)
 
     def _step(self, **inputs: Any) -> Tensor:
-        """``forward``'s body, in :class:`~torchmetrics_diff.Metric`'s batch-step protocol: the block's sum and
-        weight are the batch states, the globally normalized value is the batch value. As in
+        """``forward``'s body, a step of the batch-step protocol (``_batch_step.record_step``): the block's sum
+        and weight are the batch states, the globally normalized value is the batch value. As in
         ``GlobalBatchLoss._step``, the step begins once every rank has the value."""
         if self._is_synced:
             raise self._synced_error("forward")
@@ -181,16 +182,18 @@ class GlobalMeanLoss(Metric):
         else:
             denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype)
             value = safe_divide(loss_sum, denominator)
-        step = self._begin_batch()
+        return record_step(self, value, lambda: self._record_block(loss_sum, count, value))
+
+    def _record_block(self, loss_sum: Tensor, count: Tensor, value: Tensor) -> None:
+        """Fold a ``forward`` call into the batch states: the block, the value's dtype, the accumulated weight."""
         self._add_block(loss_sum.detach(), count.detach())
         note_value_dtype(self, value)
         if self._accumulation is not None:
             self._accumulation[2] += float(count)
-        return self._finish_batch(step, value)
 
     def _checked_block(self, inputs: dict[str, Any]) -> tuple[Tensor, Tensor]:
         """The block's weighted sum and weight; under sync a bad input on one rank raises on every rank."""
-        if self.dist_sync_on_step and self._distributed_available():
+        if self._step_syncs():
             first = next(iter(inputs.values()))
             with checked_together(self.process_group, first):
                 self._check_inputs(inputs)

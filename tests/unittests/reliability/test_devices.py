@@ -19,7 +19,7 @@ import torch
 
 from tests._helpers.checks import tensor_devices
 from tests._helpers.harness import run_distributed
-from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric, _state_sync
+from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric, _metric_sync
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
 from torchmetrics_diff._global import contrastive as _contrastive
@@ -147,7 +147,7 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
         seen.append(str(inp.device))
         raise _Sentinel
 
-    modules = (metric_module, collections_module, _state_sync, _sync, _rows, _layout, _collectives, _contrastive)
+    modules = (metric_module, collections_module, _metric_sync, _sync, _rows, _layout, _collectives, _contrastive)
     modules += (_strategy, _call)
     # no process group here: the call header's group state is made up, and its exchange is the fake gather too
     state = object.__new__(_call._GroupState)
