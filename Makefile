@@ -19,7 +19,7 @@ endif
 PIP_SOURCES = $(shell $(PYTHON) -m pip config list 2>/dev/null | grep -E '[.](index-url|extra-index-url|find-links)=')
 TORCH_INDEX ?= $(if $(PIP_SOURCES),,https://download.pytorch.org/whl/cpu)
 
-.PHONY: test test-slow test-cuda demo docs bench lint clean venv FORCE
+.PHONY: test test-fast test-slow test-cuda demo docs bench lint clean venv FORCE
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests torchmetrics_diff
+
+# the developer's tier (under a minute): single-process unit tests and the package's doctests. The markers
+# `distributed` (spawns processes) and `compile` (torch.compile) are set by tests/conftest.py from what each test
+# calls; `soak` is declared by tests/unittests/test_soak.py.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not distributed and not compile and not soak" tests torchmetrics_diff
 
 # the property-based soak run (large hypothesis budgets; about 15 minutes here)
 test-slow: $(STAMP)
