@@ -89,10 +89,13 @@ bench: $(STAMP)
 	$(PIP) --no-deps open_clip_torch
 	$(PY) benchmarks/run_all.py
 
-# mypy's settings are in pyproject.toml ([tool.mypy]; the package must have no error)
+# ruff's and mypy's settings are in pyproject.toml ([tool.ruff], [tool.mypy]; the package must have no mypy error).
+# The `lint` extra brings ruff and mypy, so a fresh machine needs nothing else.
+LINT_PATHS := torchmetrics_diff tests benchmarks examples
 lint: $(STAMP)
-	$(PIP) ruff mypy
-	$(PY) -m ruff check torchmetrics_diff tests benchmarks examples
+	$(PIP) -e ".[lint]" $(EDITABLE)
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m ruff format --check $(LINT_PATHS)
 	$(PY) -m mypy torchmetrics_diff
 
 # (build/ holds the editable install's links: the stamp goes with it, so the next target reinstalls)
