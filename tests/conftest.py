@@ -49,6 +49,8 @@ def _tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     node = request.node
     if node.get_closest_marker(DISTRIBUTED) is None:
         monkeypatch.setattr(harness, "spawn_guard", guard(node.nodeid, DISTRIBUTED, "the gloo harness"))
+    # torch.compile's inductor runs the C++ compiler and its worker pool in processes: part of compiling
+    if node.get_closest_marker(DISTRIBUTED) is None and node.get_closest_marker(COMPILE) is None:
         monkeypatch.setattr(
             multiprocessing.process.BaseProcess, "start", guard(node.nodeid, DISTRIBUTED, "multiprocessing")
         )
