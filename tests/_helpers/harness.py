@@ -39,6 +39,10 @@ _STARTUP_ATTEMPTS = 3  # the free port can be taken between free_port() and rank
 _GRACE_S = 10.0  # after one rank fails, wait this long for the others (their errors often explain it)
 _READY = 0  # task id of the start-up handshake; real tasks count from 1
 
+#: called (if set) before every run: tests/conftest.py sets it, in a test not marked ``distributed``, to a function
+#: that raises, so a test that reaches the harness without the marker fails even when a pool is already running
+spawn_guard: Callable[[], None] | None = None
+
 
 class DistributedTestFailure(AssertionError):
     """A rank raised, died or did not finish in time; the message has every failing rank's traceback."""
@@ -298,6 +302,8 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
     """
     if world_size not in _WORLD_SIZES:
         raise ValueError(f"world_size must be one of {_WORLD_SIZES}, got {world_size}")
+    if spawn_guard is not None:
+        spawn_guard()
     blob = pickle.dumps((fn, args, kwargs))  # fail here, in the caller, if the task cannot be sent
     return _run(_get_pool(world_size), fn, blob, timeout, lambda: _drop(world_size))
 
@@ -323,6 +329,8 @@ def run_once(
         DistributedTestFailure: a rank raised or died, or not every rank finished within ``timeout`` seconds
             (the workers are then killed).
     """
+    if spawn_guard is not None:
+        spawn_guard()
     blob = pickle.dumps((fn, args, kwargs))
     pool = _start_pool(world_size, pg_timeout, init_group, startup_timeout=timeout)
     failed = False

@@ -119,6 +119,7 @@ def test_pack_then_unpack_gives_the_views_back() -> None:
         assert packed.shape == (n, 3 + 4 + 1)
         assert trailing == [(3,), (2, 2), ()]
         back = unpack(packed, trailing)
+        assert len(back) == len(views), (len(back), len(views))
         assert all(b.shape == v.shape and torch.equal(b, v) for b, v in zip(back, views))
 
 

@@ -480,7 +480,11 @@ def _edge_body(rank: int, world: int) -> list:
             chk.true(case, tuple(red.shape) == (0,), f"all_reduce shape {tuple(red.shape)}")
             if mode != "none":
                 (sum(t.sum() for t in slots) + cat.sum()).backward()
-                chk.true(case, x.grad is None or tuple(x.grad.shape) == (0, 3), "gradient of the wrong shape")
+                chk.true(
+                    case,
+                    x.grad is not None and tuple(x.grad.shape) == (0, 3),
+                    f"gradient {None if x.grad is None else tuple(x.grad.shape)}, expected one of shape (0, 3)",
+                )
                 red.sum().backward()
 
     # Non-contiguous inputs (a transposed view of a leaf): values and gradients.
