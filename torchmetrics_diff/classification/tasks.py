@@ -654,3 +654,35 @@ class MultilabelAveragePrecision(_MultilabelCurve, AveragePrecision):
         >>> metric(preds, target)
         tensor(0.9167)
     """
+
+
+# the legend of a value per class or per label, as torchmetrics names it ("Class 0", "Label 0", ...)
+_LEGEND: dict[type, str] = {
+    **dict.fromkeys(
+        (
+            MulticlassAccuracy,
+            MulticlassPrecision,
+            MulticlassRecall,
+            MulticlassF1Score,
+            MulticlassSpecificity,
+            MulticlassAUROC,
+            MulticlassAveragePrecision,
+        ),
+        "Class",
+    ),
+    **dict.fromkeys(
+        (
+            MultilabelAccuracy,
+            MultilabelPrecision,
+            MultilabelRecall,
+            MultilabelF1Score,
+            MultilabelSpecificity,
+            MultilabelAUROC,
+            MultilabelAveragePrecision,
+        ),
+        "Label",
+    ),
+}
+for _cls, _legend in _LEGEND.items():
+    _cls.plot_legend_name = _legend  # type: ignore[attr-defined]
+del _cls, _legend
