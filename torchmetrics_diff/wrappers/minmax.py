@@ -30,11 +30,11 @@ class MinMaxMetric(WrapperMetric):
     Returns:
         ``forward`` and ``compute`` return ``{"raw": value, "max": highest, "min": lowest}`` (0-d tensors).
 
-    ``state_dict()`` holds the bounds, ``min_val`` and ``max_val`` (whatever :meth:`persistent` says; the inner
+    ``state_dict()`` holds the bounds, ``min_val`` and ``max_val`` (whatever ``persistent()`` says; the inner
     metric's states only when persistent), and ``load_state_dict`` restores them. A state dict saved without them
     (before they were saved) still loads, ``strict`` or not: the bounds then keep their values, ``inf`` and
-    ``-inf`` in a new wrapper, and restart from the next value. :meth:`reset` resets them, as torchmetrics 1.9
-    does.
+    ``-inf`` in a new wrapper, and restart from the next value. :meth:`reset` resets them (torchmetrics keeps
+    them).
 
     Raises:
         ValueError: ``base_metric`` is not a metric.
