@@ -23,6 +23,7 @@ import torch
 
 from torchmetrics_diff.distributed._compile import compiling
 from torchmetrics_diff.functional._checks import acc_dtype, check_positive_int, check_values
+from torchmetrics_diff.functional._errors import ShapeMismatchError
 
 MULTIOUTPUTS = ("raw_values", "uniform_average", "variance_weighted")
 COSINE_REDUCTIONS = ("sum", "mean", "none", None)
@@ -41,7 +42,7 @@ def _check_pair(preds: torch.Tensor, target: torch.Tensor) -> None:
         if value.is_complex() or value.dtype == torch.bool:
             raise ValueError(f"`{name}` must be a real floating or integer tensor; got dtype {value.dtype}")
     if preds.shape != target.shape:
-        raise ValueError(
+        raise ShapeMismatchError(
             f"`preds` and `target` must have the same shape; got preds {tuple(preds.shape)} "
             f"and target {tuple(target.shape)}"
         )
@@ -579,7 +580,7 @@ def kl_divergence_rows(p: torch.Tensor, q: torch.Tensor, log_prob: bool = False)
         if value.ndim != 2:
             raise ValueError(f"`{name}` must be a 2-D (N, D) distribution; got shape {tuple(value.shape)}")
     if p.shape != q.shape:
-        raise ValueError(f"`p` and `q` must have the same shape; got p {tuple(p.shape)} and q {tuple(q.shape)}")
+        raise ShapeMismatchError(f"`p` and `q` must have the same shape; got p {tuple(p.shape)} and q {tuple(q.shape)}")
     if not isinstance(log_prob, bool):
         raise ValueError(f"`log_prob` must be a bool; got {log_prob!r}")
     p, q = _as_float(p), _as_float(q)
