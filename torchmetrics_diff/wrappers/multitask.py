@@ -118,8 +118,8 @@ class MultitaskWrapper(WrapperMetric):
         draws its own value.
 
         Args:
-            val: a value as :meth:`compute` or ``forward`` return it (a dict by task key), a sequence of them, or
-                ``None`` for :meth:`compute`.
+            val: a value as ``compute()`` or ``forward`` return it (a dict by task key), a sequence of them, or
+                ``None`` for ``compute()``.
             axes: a sequence of matplotlib ``Axes``, one per task, or ``None`` for new figures.
 
         Returns:
