@@ -131,6 +131,8 @@ def _draw_steps(ax: Any, val: Sequence[Any], name: str, legend_name: str | None)
         raise ValueError("`val` must hold at least one value; got an empty sequence")
     line = {"marker": "o", "markersize": 10, "linestyle": "-"}
     steps = [_as_dict(v, name) if isinstance(v, Mapping) else _tensor(v, name) for v in val]
+    if len({isinstance(step, dict) for step in steps}) > 1:
+        raise ValueError("`val`: a sequence must hold dicts only or tensors (numbers) only; got both")
     try:
         if isinstance(steps[0], dict):
             stacks = {key: torch.stack([step[key] for step in steps]) for key in steps[0]}  # type: ignore[index]

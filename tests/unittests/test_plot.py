@@ -334,3 +334,17 @@ def test_multitask_plot_one_figure_per_task_like_torchmetrics() -> None:
         assert len(mine) == len(other) == 2
         for a, b in zip(mine, other):
             _same_picture(a, b)
+
+
+@pytest.mark.parametrize(
+    ("val", "match"),
+    [
+        ([], "at least one value"),
+        ([{"a": torch.tensor(1.0)}, torch.tensor(2.0)], "dicts only or tensors"),
+        ([torch.tensor(1.0), torch.tensor([1.0, 2.0])], "same keys and shapes"),
+        ([{"a": torch.tensor(1.0)}, {"b": torch.tensor(1.0)}], "same keys and shapes"),
+    ],
+)
+def test_a_sequence_that_cannot_be_drawn_is_a_value_error(val, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        MeanMetric().plot(val)
