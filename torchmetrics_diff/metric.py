@@ -920,6 +920,9 @@ class Metric(_MetricBatchSteps, nn.Module):
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
         """Plot a value of the metric, or a sequence of values (one per step or epoch), with matplotlib.
 
+        The picture is torchmetrics': the same points, labels, legend, ``plot_lower_bound`` and
+        ``plot_upper_bound`` lines and "Optimal value" mark (see the plotting guide).
+
         Args:
             val: a value as ``forward`` or ``compute`` return it (a scalar or 1-D tensor, a 2-D tensor shown as
                 an image, a dict of those), or a sequence of such values (drawn over their index);
@@ -939,16 +942,9 @@ class Metric(_MetricBatchSteps, nn.Module):
             >>> values = [metric(torch.tensor([float(i), 1.0])) for i in range(5)]
             >>> fig, ax = metric.plot(values)  # doctest: +SKIP
         """
-        from torchmetrics_diff._plot import plot_values
+        from torchmetrics_diff._plot import plot_metric
 
-        return plot_values(
-            self.compute() if val is None else val,
-            ax=ax,
-            name=self.plot_legend_name or type(self).__name__,
-            higher_is_better=self.higher_is_better,
-            lower_bound=self.plot_lower_bound,
-            upper_bound=self.plot_upper_bound,
-        )
+        return plot_metric(self, val, ax)
 
     __hash__ = nn.Module.__hash__
 

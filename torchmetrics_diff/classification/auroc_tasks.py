@@ -176,3 +176,11 @@ class MultilabelAveragePrecision(_MultilabelCurve, AveragePrecision):
         >>> metric(preds, target)
         tensor(0.9167)
     """
+
+
+# the legend of a value per class or per label, as torchmetrics names it ("Class 0", "Label 0", ...)
+for _cls in (MulticlassAUROC, MulticlassAveragePrecision):
+    _cls.plot_legend_name = "Class"  # type: ignore[attr-defined]
+for _cls in (MultilabelAUROC, MultilabelAveragePrecision):
+    _cls.plot_legend_name = "Label"  # type: ignore[attr-defined]
+del _cls

@@ -489,3 +489,11 @@ class MultilabelConfusionMatrix(ConfusionMatrix):
         **kwargs: Any,
     ) -> None:
         super().__init__("multilabel", threshold, None, num_labels, normalize, ignore_index, validate_args, **kwargs)
+
+
+# the legend of a value per class or per label, as torchmetrics names it ("Class 0", "Label 0", ...)
+for _cls in (MulticlassAccuracy, MulticlassPrecision, MulticlassRecall, MulticlassF1Score, MulticlassSpecificity):
+    _cls.plot_legend_name = "Class"  # type: ignore[attr-defined]
+for _cls in (MultilabelAccuracy, MultilabelPrecision, MultilabelRecall, MultilabelF1Score, MultilabelSpecificity):
+    _cls.plot_legend_name = "Label"  # type: ignore[attr-defined]
+del _cls

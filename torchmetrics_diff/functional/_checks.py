@@ -28,6 +28,8 @@ from typing import Any, Callable, Union
 import torch
 from torch import Tensor
 
+from torchmetrics_diff.functional._errors import ShapeMismatchError
+
 #: a number or a one-element tensor (a logit scale, a temperature, a bias)
 Scalar = Union[Tensor, float]
 
@@ -85,7 +87,7 @@ def check_float_tensor(name: str, x: object, ndim: int | tuple[int, ...] | None,
 def check_same_shape(name: str, x: Tensor, ref_name: str, ref: Tensor) -> None:
     """Raise unless ``x`` has the shape of ``ref``."""
     if x.shape != ref.shape:
-        raise ValueError(f"`{name}` must have the same shape as `{ref_name}` {_shape(ref)}; got {_shape(x)}")
+        raise ShapeMismatchError(f"`{name}` must have the same shape as `{ref_name}` {_shape(ref)}; got {_shape(x)}")
 
 
 def check_views(first_name: str, first: Tensor, second_name: str, second: Tensor) -> None:
@@ -97,7 +99,7 @@ def check_views(first_name: str, first: Tensor, second_name: str, second: Tensor
 def check_trailing(name: str, x: Tensor, ref_name: str, ref: Tensor) -> None:
     """Raise unless ``x`` and ``ref`` agree in every dimension but the first (the rows)."""
     if x.shape[1:] != ref.shape[1:]:
-        raise ValueError(
+        raise ShapeMismatchError(
             f"`{name}` must have the same trailing shape as `{ref_name}` {_shape(ref)[1:]}; got {_shape(x)[1:]}"
         )
 

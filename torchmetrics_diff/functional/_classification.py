@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import torch
 
 from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int, check_values
+from torchmetrics_diff.functional._errors import ShapeMismatchError
 
 TASKS = ("binary", "multiclass", "multilabel")
 AVERAGES = ("micro", "macro", "weighted", "none", None)
@@ -106,7 +107,7 @@ def _check_pair(preds: Any, target: Any, same_shape: bool = True) -> None:
         if value.is_complex():
             raise ValueError(f"`{name}` must be a real tensor; got dtype {value.dtype}")
     if same_shape and preds.shape != target.shape:
-        raise ValueError(
+        raise ShapeMismatchError(
             f"`preds` and `target` must have the same shape; got preds {tuple(preds.shape)} "
             f"and target {tuple(target.shape)}"
         )
@@ -231,7 +232,7 @@ def _multiclass_labels(
         if validate:
             _check_labels("preds", preds, num_classes, None)
     else:
-        raise ValueError(
+        raise ShapeMismatchError(
             f"`preds` must have shape (N, num_classes, ...) (scores) or the shape of `target` (labels); got preds "
             f"{tuple(preds.shape)} and target {tuple(target.shape)}"
         )

@@ -31,6 +31,7 @@ from torchmetrics_diff.functional._classification import (
     _check_pair,
     binary_auroc_inputs,
 )
+from torchmetrics_diff.functional._errors import ShapeMismatchError
 
 CURVE_AVERAGES = ("macro", "weighted", "none", None)
 MULTILABEL_CURVE_AVERAGES = ("micro", "macro", "weighted", "none", None)
@@ -114,7 +115,7 @@ def curve_inputs(
             f"{tuple(preds.shape)}"
         )
     if multiclass and preds.shape[:1] + preds.shape[2:] != target.shape:
-        raise ValueError(
+        raise ShapeMismatchError(
             f"`preds` (N, C, ...) must match `target` (N, ...) outside dim 1; got preds {tuple(preds.shape)} and "
             f"target {tuple(target.shape)}"
         )

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from torchmetrics_diff.functional._checks import acc_dtype, check_positive_int
+from torchmetrics_diff.functional._errors import ShapeMismatchError
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -34,7 +35,7 @@ def _check_pair(preds: torch.Tensor, target: torch.Tensor) -> None:
         if value.is_complex() or value.dtype == torch.bool:
             raise ValueError(f"`{name}` must be a real floating or integer tensor; got dtype {value.dtype}")
     if preds.shape != target.shape:
-        raise ValueError(
+        raise ShapeMismatchError(
             f"`preds` and `target` must have the same shape; got preds {tuple(preds.shape)} "
             f"and target {tuple(target.shape)}"
         )

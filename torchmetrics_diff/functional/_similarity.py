@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from torchmetrics_diff.functional._errors import ShapeMismatchError
 from torchmetrics_diff.functional._regression import _as_float, _check_pair
 
 COSINE_REDUCTIONS = ("sum", "mean", "none", None)
@@ -90,7 +91,7 @@ def kl_divergence_rows(p: torch.Tensor, q: torch.Tensor, log_prob: bool = False)
         if value.ndim != 2:
             raise ValueError(f"`{name}` must be a 2-D (N, D) distribution; got shape {tuple(value.shape)}")
     if p.shape != q.shape:
-        raise ValueError(f"`p` and `q` must have the same shape; got p {tuple(p.shape)} and q {tuple(q.shape)}")
+        raise ShapeMismatchError(f"`p` and `q` must have the same shape; got p {tuple(p.shape)} and q {tuple(q.shape)}")
     if not isinstance(log_prob, bool):
         raise ValueError(f"`log_prob` must be a bool; got {log_prob!r}")
     p, q = _as_float(p), _as_float(q)

@@ -42,6 +42,8 @@ class SpearmanCorrCoef(Metric):
 
     is_differentiable = False
     higher_is_better = True
+    plot_lower_bound = -1.0
+    plot_upper_bound = 1.0
     full_state_update = False
     preds: list[torch.Tensor]
     target: list[torch.Tensor]

@@ -134,6 +134,8 @@ class RetrievalRecallAtK(_CrossModalRetrieval):
     )
 
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
 
     def __init__(self, top_k: int | Sequence[int] = (1, 5, 10), **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -221,6 +223,8 @@ class RetrievalMAPAtK(_CrossModalRetrieval):
     )
 
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
 
     def __init__(self, top_k: int = 10, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -254,6 +258,8 @@ class RetrievalMRR(_CrossModalRetrieval):
     )
 
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
 
     def __init__(self, top_k: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -292,6 +298,8 @@ class RetrievalNormalizedDCG(_CrossModalRetrieval):
     )
 
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
 
     def __init__(self, top_k: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -207,7 +207,8 @@ def _failure_body(rank: int, world_size: int, what: str) -> tuple[str, str]:
 def test_ring_bad_input_on_one_rank_raises_on_every_rank(what: str) -> None:
     out = run_distributed(_failure_body, 2, what, timeout=60.0)
     if what == "shape":
-        assert out[1][0] == "ValueError" and "`text_embeds`" in out[1][1], out
+        # ShapeMismatchError: a ValueError and a RuntimeError (the type's name is what crosses the processes)
+        assert out[1][0] == "ShapeMismatchError" and "`text_embeds`" in out[1][1], out
         assert out[0][0] == "RuntimeError" and "rank 1" in out[0][1], out
     else:
         needle = "embedding width" if what == "width" else "dtype (rank 0: torch.float64, rank 1: torch.float32)"
