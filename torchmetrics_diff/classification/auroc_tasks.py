@@ -179,8 +179,10 @@ class MultilabelAveragePrecision(_MultilabelCurve, AveragePrecision):
 
 
 # the legend of a value per class or per label, as torchmetrics names it ("Class 0", "Label 0", ...)
-for _cls in (MulticlassAUROC, MulticlassAveragePrecision):
-    _cls.plot_legend_name = "Class"  # type: ignore[attr-defined]
-for _cls in (MultilabelAUROC, MultilabelAveragePrecision):
-    _cls.plot_legend_name = "Label"  # type: ignore[attr-defined]
-del _cls
+_LEGENDS: dict[type, str] = {
+    **dict.fromkeys((MulticlassAUROC, MulticlassAveragePrecision), "Class"),
+    **dict.fromkeys((MultilabelAUROC, MultilabelAveragePrecision), "Label"),
+}
+for _cls, _legend in _LEGENDS.items():
+    _cls.plot_legend_name = _legend  # type: ignore[attr-defined]
+del _cls, _legend

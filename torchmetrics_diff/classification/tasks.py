@@ -492,8 +492,14 @@ class MultilabelConfusionMatrix(ConfusionMatrix):
 
 
 # the legend of a value per class or per label, as torchmetrics names it ("Class 0", "Label 0", ...)
-for _cls in (MulticlassAccuracy, MulticlassPrecision, MulticlassRecall, MulticlassF1Score, MulticlassSpecificity):
-    _cls.plot_legend_name = "Class"  # type: ignore[attr-defined]
-for _cls in (MultilabelAccuracy, MultilabelPrecision, MultilabelRecall, MultilabelF1Score, MultilabelSpecificity):
-    _cls.plot_legend_name = "Label"  # type: ignore[attr-defined]
-del _cls
+_LEGENDS: dict[type, str] = {
+    **dict.fromkeys(
+        (MulticlassAccuracy, MulticlassPrecision, MulticlassRecall, MulticlassF1Score, MulticlassSpecificity), "Class"
+    ),
+    **dict.fromkeys(
+        (MultilabelAccuracy, MultilabelPrecision, MultilabelRecall, MultilabelF1Score, MultilabelSpecificity), "Label"
+    ),
+}
+for _cls, _legend in _LEGENDS.items():
+    _cls.plot_legend_name = _legend  # type: ignore[attr-defined]
+del _cls, _legend
