@@ -28,6 +28,7 @@ from torch import Tensor
 
 from torchmetrics_diff.distributed import all_reduce
 from torchmetrics_diff.distributed._backend import Group, group_size
+from torchmetrics_diff.distributed._failure import RanksDisagreeError
 from torchmetrics_diff.functional._checks import (
     acc_dtype,
     check_choice,
@@ -99,7 +100,7 @@ def _sum_across_ranks(buffer: Tensor, group: Group, disagreement: str) -> Tensor
     except RuntimeError as err:
         if "ranks disagree" not in str(err):
             raise
-        raise RuntimeError(f"{disagreement}; {err}") from err
+        raise RanksDisagreeError(f"{disagreement}; {err}") from err
 
 
 # --------------------------------------------------------------------------------------------- load balancing
