@@ -30,7 +30,14 @@ from typing import Any, Callable
 
 from torchmetrics_diff.distributed import _call
 
-__all__ = ["DistributedTestFailure", "free_port", "run_distributed", "run_once", "shutdown_pools"]
+__all__ = [
+    "DistributedTestFailure",
+    "free_port",
+    "run_distributed",
+    "run_once",
+    "run_once_with_departures",
+    "shutdown_pools",
+]
 
 _WORLD_SIZES = (1, 2, 3)
 _PG_TIMEOUT_S = 30.0  # a stuck collective raises inside the worker instead of blocking it forever
@@ -345,3 +352,31 @@ def run_once(
     finally:
         if not failed:
             pool.close(graceful=True)
+
+
+def run_once_with_departures(
+    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0, pg_timeout: float = 10.0, **kwargs: Any
+) -> list:
+    """Like :func:`run_once`, for a body in which some ranks leave on purpose (``os._exit``, a lost connection).
+
+    Returns the value of each rank that finished, and for each rank that did not a string ``"left: ..."`` (its
+    process died) or ``"error: ..."`` (it raised; the traceback). The survivors have the grace period of
+    :meth:`_Pool.collect` after the first departure, so ``pg_timeout`` (each collective's bound) must be shorter
+    than that for a survivor stuck in a collective to raise in time; the workers are always killed at the end.
+    """
+    blob = pickle.dumps((fn, args, kwargs))
+    pool = _start_pool(world_size, pg_timeout, startup_timeout=timeout)
+    try:
+        done, errors, _ = pool.collect(pool.submit(blob), timeout, grace=max(_GRACE_S, pg_timeout + 5.0))
+    finally:
+        pool.close(graceful=False)
+    out: list = []
+    for rank in range(world_size):
+        if rank in done:
+            out.append(pickle.loads(done[rank]))
+        elif rank in errors:
+            died = errors[rank].startswith("worker process died")
+            out.append(("left: " if died else "error: ") + errors[rank])
+        else:
+            out.append(f"error: did not finish within {timeout}s")
+    return out

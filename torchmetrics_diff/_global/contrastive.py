@@ -37,8 +37,9 @@ from torchmetrics_diff._global.strategy import (
 )
 from torchmetrics_diff.distributed import all_gather_cat, gather_all_tensors
 from torchmetrics_diff.distributed._backend import Group, all_gather_flat, all_reduce_, group_size
-from torchmetrics_diff.distributed._call import exchange
+from torchmetrics_diff.distributed._call import call_name, exchange
 from torchmetrics_diff.distributed._compile import outside_graph
+from torchmetrics_diff.distributed._failure import RanksDisagreeError
 from torchmetrics_diff.functional._checks import (
     Scalar,
     as_count,
@@ -217,7 +218,8 @@ def _global_labels(features: Tensor, labels: Tensor | None, group: Group) -> Ten
     given, rows = zip(*peers)  # (transposed in C: no Python code per rank)
     if len(set(given)) > 1:  # every rank holds the same values: every rank raises alike
         listing = ", ".join(f"rank {r}: {'given' if g else 'None'}" for r, g in enumerate(given))
-        raise RuntimeError(f"global_supcon_loss: `labels` must be given on every rank or on none ({listing})")
+        who = call_name("global_supcon_loss")
+        raise RanksDisagreeError(f"{who}: `labels` must be given on every rank or on none ({listing})")
     if labels is not None:
         return all_gather_cat(labels.reshape(-1).to(torch.int64), group, grad="none")
     return torch.arange(sum(rows), device=features.device)

@@ -16,6 +16,7 @@ from torch import Tensor
 from torchmetrics_diff._global.strategy import check_grad_reduction, checked_together, grad_factor
 from torchmetrics_diff.distributed import all_reduce
 from torchmetrics_diff.distributed._backend import Group, group_size
+from torchmetrics_diff.distributed._failure import RanksDisagreeError
 from torchmetrics_diff.functional._checks import check_choice, safe_divide
 from torchmetrics_diff.functional._moe import (
     PROBS_OVER,
@@ -34,7 +35,7 @@ def _sum_across_ranks(buffer: Tensor, group: Group, disagreement: str) -> Tensor
     except RuntimeError as err:
         if "ranks disagree" not in str(err):
             raise
-        raise RuntimeError(f"{disagreement}; {err}") from err
+        raise RanksDisagreeError(f"{disagreement}; {err}") from err
 
 
 # --------------------------------------------------------------------------------------------- load balancing

@@ -63,14 +63,21 @@ def global_token_cross_entropy(
     total: Tensor | float | None = None,
     group: Group = None,
     grad_reduction: str = "mean",
+    class_dim: int = -1,
+    validate_args: bool = False,
 ) -> Tensor:
     """Token-level cross-entropy divided by the number of valid tokens of every rank (or by ``total``).
 
     Args:
-        logits: (..., C), the class dimension last.
-        target: (...) class indices; ``ignore_index`` marks padding.
+        logits: the classes in dimension ``class_dim``: ``(..., C)`` by default, ``(B, C, T)`` with ``class_dim=1``.
+        target: class indices, the shape of ``logits`` without dimension ``class_dim``; ``ignore_index`` marks
+            padding.
         ignore_index: target value to skip. Default ``-100``.
         label_smoothing: as in :func:`torch.nn.functional.cross_entropy`. Default ``0.0``.
+        class_dim: the dimension of ``logits`` holding the classes (taken from this argument, never guessed).
+            Default ``-1``.
+        validate_args: check the targets' range on any device (a host synchronization); on the CPU an
+            out-of-range target raises a named ``IndexError`` anyway. Default ``False``.
         total: the global number of valid tokens of the whole optimizer step, when accumulating gradients.
             Default ``None``.
         group: the process group. Default ``None``.
@@ -92,5 +99,7 @@ def global_token_cross_entropy(
         tensor(1.3863)
     """
     with checked_together(group, logits):
-        loss_sum, count = token_cross_entropy_block(logits, target, ignore_index, label_smoothing)
+        loss_sum, count = token_cross_entropy_block(
+            logits, target, ignore_index, label_smoothing, class_dim=class_dim, validate_args=validate_args
+        )
     return global_normalized(loss_sum, count, total, group, grad_reduction)

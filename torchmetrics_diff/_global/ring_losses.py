@@ -48,7 +48,8 @@ from torch import Tensor
 from torchmetrics_diff._global.strategy import Options, sharded_value
 from torchmetrics_diff.distributed import all_gather_cat
 from torchmetrics_diff.distributed._backend import Group, dtype_code, dtype_from_code
-from torchmetrics_diff.distributed._call import exchange
+from torchmetrics_diff.distributed._call import call_name, exchange
+from torchmetrics_diff.distributed._failure import RanksDisagreeError
 from torchmetrics_diff.distributed._ring import Ring, circulate
 from torchmetrics_diff.functional._checks import (
     HALF,
@@ -106,7 +107,7 @@ def _plan(group: Group, block: Tensor, tile: int, wants_grad: bool, extra: Seque
         if len(set(values)) > 1:
             shown = [dtype_from_code(v) for v in values] if name == "dtype" else values
             listing = ", ".join(f"rank {r}: {v}" for r, v in enumerate(shown))
-            raise RuntimeError(f"ring strategy: ranks disagree on {name} ({listing})")
+            raise RanksDisagreeError(f"{call_name('ring strategy')}: ranks disagree on {name} ({listing})")
     rows = list(fields[0])
     starts = list(itertools.accumulate(rows[:-1], initial=0))  # O(W), where sum(rows[:r]) per rank was O(W²)
     return _Plan(ring, rows, starts, block.shape[1], block.dtype, block.device, tile)

@@ -26,3 +26,5 @@ class ShapeMismatchError(ValueError, RuntimeError):
         ...     print(type(err).__name__, isinstance(err, ValueError), err)
         ShapeMismatchError True `preds` and `target` must have the same shape; got preds (4,) and target (5,)
     """
+
+    __module__ = "torchmetrics_diff.exceptions"  # its public home (pickles and reprs name it there)

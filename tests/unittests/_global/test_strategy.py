@@ -262,8 +262,8 @@ def test_checked_together_raises_on_every_rank() -> None:
             kind, text = res[case]
             if rank == BAD_RANK and (kind != "ValueError" or message not in text):
                 problems.append(f"{case} rank {rank} (bad): {kind} {text!r}, expected the ValueError {message!r}")
-            if rank != BAD_RANK and (kind != "RuntimeError" or f"rank {BAD_RANK}" not in text):
-                problems.append(f"{case} rank {rank}: {kind} {text!r}, expected a RuntimeError naming rank 1")
+            if rank != BAD_RANK and (kind != "PeerFailedError" or f"rank {BAD_RANK}" not in text):
+                problems.append(f"{case} rank {rank}: {kind} {text!r}, expected a PeerFailedError naming rank 1")
         if res["after"] != 1.0:
             problems.append(f"rank {rank}: the collective after the failure gave {res['after']}")
     assert not problems, "\n".join(problems)
