@@ -9,7 +9,7 @@
 - A target outside ``[0, C)`` (not ``ignore_index``) raises an ``IndexError`` naming the value and the range, on
   the CPU by default and with ``validate_args=True``.
 
-Package modules covered: ``losses.normalized``, ``functional._normalized``, ``functional._global``.
+Package modules covered: ``losses.normalized``, ``functional._normalized``, ``_global.normalized``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import re
 
 import pytest
 import torch
-from torchmetrics_diff.functional._global import global_token_cross_entropy
 
+from torchmetrics_diff._global.normalized import global_token_cross_entropy
 from torchmetrics_diff.functional import token_cross_entropy
 from torchmetrics_diff.losses import TokenCrossEntropyLoss
 

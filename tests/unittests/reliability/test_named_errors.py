@@ -10,7 +10,7 @@ the disagreements of a loss named by the loss's call.
   (``CLIPLoss.forward: ...``) on every rank.
 
 Package modules covered: ``exceptions``, ``distributed._failure``, ``distributed._call``, ``distributed._collectives``,
-``functional._strategy``.
+``_global.strategy``.
 """
 
 from __future__ import annotations
