@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import torchmetrics_diff as tmd
+from torchmetrics_diff import exceptions
 from torchmetrics_diff.functional._errors import ShapeMismatchError
 
 torchmetrics = pytest.importorskip("torchmetrics")
@@ -162,4 +163,6 @@ def test_a_loss_with_mismatched_views_raises_it() -> None:
 
 def test_the_class_is_both_kinds() -> None:
     assert issubclass(ShapeMismatchError, ValueError) and issubclass(ShapeMismatchError, RuntimeError)
-    assert ShapeMismatchError.__module__ == "torchmetrics_diff.functional._errors"
+    # raised by the pure layer, named (and pickled) at its public home
+    assert ShapeMismatchError.__module__ == "torchmetrics_diff.exceptions"
+    assert exceptions.ShapeMismatchError is ShapeMismatchError

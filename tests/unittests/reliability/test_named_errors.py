@@ -52,6 +52,7 @@ def test_the_exception_classes_are_public_runtime_errors_in_one_hierarchy() -> N
         "PeerFailedError",
         "PeerLeftError",
         "RanksDisagreeError",
+        "ShapeMismatchError",
         "TorchMetricsUserError",
     }
     for cls in (DistributedError, CollectiveError, PeerLeftError, PeerFailedError, RanksDisagreeError):
