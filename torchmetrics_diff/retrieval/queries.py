@@ -214,7 +214,7 @@ class RetrievalMRR(_TopK):
         """Mean reciprocal rank of ranked documents (torchmetrics' class of the same name): a query's value is
     ``1 / rank`` of its best-scored relevant document, 0 when that rank is beyond ``top_k``. As torchmetrics, a
     relevant document scored ``<= 0`` counts as not retrieved. (Cross-modal MRR over embedding pairs is
-    :class:`~torchmetrics_diff.retrieval.CrossModalMRR`.)""",
+    :class:`~torchmetrics_diff.CrossModalMRR`.)""",
         _TOP_K_ARG,
         """        >>> import torch
         >>> from torchmetrics_diff.retrieval import RetrievalMRR
@@ -357,7 +357,7 @@ class RetrievalNormalizedDCG(_TopK):
     tied scores sharing the mean gain of their run (as torchmetrics and scikit-learn's ``ndcg_score``), divided
     by the DCG@k of the ideal order; 0 where that is 0. ``target`` may hold any gains (integer or floating); a
     query is empty when its gains sum to 0. (Cross-modal nDCG over embedding pairs is
-    :class:`~torchmetrics_diff.retrieval.CrossModalNormalizedDCG`.)""",
+    :class:`~torchmetrics_diff.CrossModalNormalizedDCG`.)""",
         _TOP_K_ARG,
         """        >>> import torch
         >>> from torchmetrics_diff.retrieval import RetrievalNormalizedDCG
