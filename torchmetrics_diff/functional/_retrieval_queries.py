@@ -276,7 +276,9 @@ def average_precision(q: Queries, top_k: int | None = None) -> Tensor:
     hits = _hits(q, True) * _within(q, top_k)
     found = seg_cumsum(q, hits)
     dtype = value_dtype(q.preds)
-    terms = torch.where(hits > 0, found.to(dtype) / q.rank.to(dtype), torch.zeros((), dtype=dtype))
+    terms = torch.where(
+        hits > 0, found.to(dtype) / q.rank.to(dtype), torch.zeros((), dtype=dtype, device=q.preds.device)
+    )
     return _ratio(seg_sum(q, terms), seg_sum(q, hits), dtype)
 
 
@@ -284,7 +286,7 @@ def reciprocal_rank(q: Queries, top_k: int | None = None) -> Tensor:
     """``1 / rank`` of each query's first relevant document scored above 0 within the top ``k``; 0 when none."""
     dtype = value_dtype(q.preds)
     hits = _hits(q, True) * _within(q, top_k)
-    terms = torch.where(hits > 0, 1.0 / q.rank.to(dtype), torch.zeros((), dtype=dtype))
+    terms = torch.where(hits > 0, 1.0 / q.rank.to(dtype), torch.zeros((), dtype=dtype, device=q.preds.device))
     out = torch.zeros(q.counts.numel(), dtype=dtype, device=terms.device)
     return out.scatter_reduce_(0, q.seg, terms, "amax")
 
@@ -338,7 +340,9 @@ def normalized_dcg(q: Queries, top_k: int | None = None) -> Tensor:
     divided by the DCG@k of the ideal order (gains sorted); 0 where the ideal DCG is 0."""
     dtype = value_dtype(q.preds)
     gain = q.target.to(dtype)
-    discount = torch.where(_within(q, top_k), 1.0 / torch.log2(q.rank.to(dtype) + 1.0), torch.zeros((), dtype=dtype))
+    discount = torch.where(
+        _within(q, top_k), 1.0 / torch.log2(q.rank.to(dtype) + 1.0), torch.zeros((), dtype=dtype, device=q.preds.device)
+    )
     starts = _tie_starts(q)
     run = starts.to(torch.int64).cumsum(0) - 1
     n_runs = int(run[-1]) + 1 if run.numel() else 0
@@ -373,14 +377,14 @@ def auroc(q: Queries, top_k: int | None = None, max_fpr: float | None = None) ->
     y1 = _ratio(tp[ends], n_pos[seg], dtype)
     first = torch.ones_like(seg, dtype=torch.bool)
     first[1:] = seg[1:] != seg[:-1]
-    zero = torch.zeros((), dtype=dtype)
+    zero = torch.zeros((), dtype=dtype, device=q.preds.device)
     x0 = torch.where(first, zero, x1.roll(1))
     y0 = torch.where(first, zero, y1.roll(1))
     if max_fpr is None or max_fpr == 1.0:
         area = (x1 - x0) * (y0 + y1) / 2
     else:
-        m = torch.tensor(max_fpr, dtype=dtype)
-        width = torch.where(x1 > x0, x1 - x0, torch.ones((), dtype=dtype))
+        m = torch.tensor(max_fpr, dtype=dtype, device=q.preds.device)
+        width = torch.where(x1 > x0, x1 - x0, torch.ones((), dtype=dtype, device=q.preds.device))
         y_m = y0 + (y1 - y0) * (m - x0) / width
         partial = (m - x0) * (y0 + y_m) / 2
         area = torch.where(x1 <= m, (x1 - x0) * (y0 + y1) / 2, torch.where(x0 >= m, zero, partial))
@@ -405,7 +409,7 @@ def precision_recall_curve(q: Queries, max_k: int, adaptive_k: bool = False) -> 
     denom = torch.minimum(ks[None, :], q.counts[:, None]) if adaptive_k else ks[None, :].expand(n_q, max_k)
     total = positives(q)[:, None].expand(n_q, max_k)
     rec = _ratio(relevant, total, dtype)
-    prec = torch.where(total == 0, torch.zeros((), dtype=dtype), _ratio(relevant, denom, dtype))
+    prec = torch.where(total == 0, torch.zeros((), dtype=dtype, device=q.preds.device), _ratio(relevant, denom, dtype))
     return prec, rec
 
 
