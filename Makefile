@@ -19,7 +19,7 @@ endif
 PIP_SOURCES = $(shell $(PYTHON) -m pip config list 2>/dev/null | grep -E '[.](index-url|extra-index-url|find-links)=')
 TORCH_INDEX ?= $(if $(PIP_SOURCES),,https://download.pytorch.org/whl/cpu)
 
-.PHONY: test test-slow test-cuda demo docs bench lint clean venv FORCE
+.PHONY: test test-fast test-slow test-cuda demo docs bench lint clean venv FORCE
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests torchmetrics_diff
 
+# the developer's tier (under a minute): single-process unit tests and the package's doctests. The markers
+# `distributed` (spawns processes) and `compile` (torch.compile) are set by tests/conftest.py from what each test
+# calls; `soak` is declared by tests/unittests/test_soak.py.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not distributed and not compile and not soak" tests torchmetrics_diff
+
 # the property-based soak run (large hypothesis budgets; about 15 minutes here)
 test-slow: $(STAMP)
 	HYPOTHESIS_PROFILE=slow $(PY) -m pytest -q -m slow tests/unittests/property
@@ -83,10 +89,13 @@ bench: $(STAMP)
 	$(PIP) --no-deps open_clip_torch
 	$(PY) benchmarks/run_all.py
 
-# mypy's settings are in pyproject.toml ([tool.mypy]; the package must have no error)
+# ruff's and mypy's settings are in pyproject.toml ([tool.ruff], [tool.mypy]; the package must have no mypy error).
+# The `lint` extra brings ruff and mypy, so a fresh machine needs nothing else.
+LINT_PATHS := torchmetrics_diff tests benchmarks examples
 lint: $(STAMP)
-	$(PIP) ruff mypy
-	$(PY) -m ruff check torchmetrics_diff tests benchmarks examples
+	$(PIP) -e ".[lint]" $(EDITABLE)
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m ruff format --check $(LINT_PATHS)
 	$(PY) -m mypy torchmetrics_diff
 
 # (build/ holds the editable install's links: the stamp goes with it, so the next target reinstalls)

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from _timing import Check, fx, ms, open_clip_loss, run_spawned, table
 
-from torchmetrics_diff.functional._strategy import DEFAULT_TILE
+from torchmetrics_diff._global.strategy import DEFAULT_TILE
 
 N_BIG, D_BIG, W_BIG = 16384, 256, 4
 TILE = DEFAULT_TILE  # the ring's default tile

@@ -9,16 +9,32 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from copy import deepcopy
-from typing import Any, cast
+from typing import Any, Callable, ClassVar, cast
 
 from torch import nn
 
-from torchmetrics_diff._state_sync import sync_metrics
+from torchmetrics_diff._batch_step import BatchStep, run_batch_step
+from torchmetrics_diff._dynamo import run_outside_graph, steps_outside_graph
+from torchmetrics_diff._metric_sync import sync_metric_states
 from torchmetrics_diff._tensors import detach
 from torchmetrics_diff.distributed._backend import Group
-from torchmetrics_diff.distributed._compile import compiling, outside_graph
+from torchmetrics_diff.distributed._compile import compiling
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync
-from torchmetrics_diff.metric import BatchStep, Metric
+from torchmetrics_diff.metric import Metric
+
+
+class _CollectionStep:
+    """A collection's batch (the batch-step protocol): each updating member's own step, the members that sync
+    through the engine by process group, and whether every member updated (an abort then shares the restored
+    states with the followers)."""
+
+    __slots__ = ("leaders", "steps", "syncing", "updated")
+
+    def __init__(self, leaders: dict[str, Metric], syncing: dict[Group, dict[str, Metric]]) -> None:
+        self.leaders = leaders
+        self.syncing = syncing
+        self.steps: dict[str, BatchStep] = {}
+        self.updated = False
 
 
 class MetricCollection(nn.ModuleDict):
@@ -53,6 +69,9 @@ class MetricCollection(nn.ModuleDict):
     """
 
     _modules: dict[str, Metric]  # type: ignore[assignment]  # every member is a Metric (add_metrics checks it)
+    # forward and compute run eagerly behind one graph break (_dynamo.run_outside_graph)
+    _outside_forward: ClassVar[Callable[..., Any]]
+    _outside_compute: ClassVar[Callable[..., Any]]
 
     def __init__(
         self,
@@ -295,59 +314,75 @@ class MetricCollection(nn.ModuleDict):
     def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Every member's batch value; members with ``dist_sync_on_step`` are synced in one engine call.
 
-        Every member runs the batch-step protocol of :class:`~torchmetrics_diff.Metric`; the members that sync
-        through the engine are synced together between their ``update`` and their value.
+        The collection runs the batch-step protocol (``torchmetrics_diff._batch_step``) over its members: each
+        member's hooks in turn, and the members that sync through the engine synced together between their
+        ``update`` and their value.
 
         Args:
             args: the batch, passed to every member.
             kwargs: keyword arguments, each passed to the members whose ``update`` accepts it.
         """
-        if compiling() and any(m._steps_out_of_graph() for m in self._modules.values()):
-            return _eager_forward(self, *args, **kwargs)  # one graph break: see Metric._steps_out_of_graph
+        if compiling() and any(steps_outside_graph(m) for m in self._modules.values()):
+            return self._outside_forward(self, *args, **kwargs)  # one graph break: see _dynamo.steps_outside_graph
+        return run_batch_step(self, args, kwargs)
+
+    # ------------------------------------------------ the batch-step protocol over the members (see _batch_step)
+    def _begin_batch(self) -> _CollectionStep:
         leaders = self._leaders()
-        syncing = self._syncing({n: m for n, m in leaders.items() if m._syncs_on_step()})
-        steps: dict[str, BatchStep] = {}
+        return _CollectionStep(leaders, self._by_group({n: m for n, m in leaders.items() if m._step_syncs_by_engine()}))
+
+    def _update_batch(self, step: _CollectionStep, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Begin and update every updating member; a failure is announced once per process group that syncs."""
         try:
-            for name, m in leaders.items():
-                steps[name] = m._begin_batch()
-                m._update_batch(steps[name], args, m._filter_kwargs(**kwargs), announce=False)
+            for name, m in step.leaders.items():
+                step.steps[name] = m._begin_batch()
+                m._update_batch(step.steps[name], args, m._filter_kwargs(**kwargs), announce=False)
         except Exception as err:
-            for name, step in steps.items():
-                leaders[name]._abort_batch(step)
-            for group in syncing:  # the other ranks wait in these syncs: let them raise too
+            for group, members in step.syncing.items():  # the other ranks wait in these syncs: let them raise too
                 try:
-                    device = next(iter(syncing[group].values())).device
+                    device = next(iter(members.values())).device
                     fail_sync(err, group, plan=self._plan("step", group), owner="MetricCollection", device=device)
                 except Exception as announced:
                     if announced is not err:
                         raise
             raise
-        try:
-            for name, m in leaders.items():
-                if m.dist_sync_fn is not None and m._syncs_on_step_eagerly():  # its own gather: alone
-                    m._sync_batch(steps[name])
-            for group, members in syncing.items():
-                specs = {n: m._sync_spec() for n, m in members.items()}
-                batches = {n: cast("dict[str, Any]", steps[n].batch) for n in members}  # set by _update_batch
-                synced = sync_metrics(specs, batches, group, self._plan("step", group), "local", "forward")
-                for n, states in synced.items():
-                    leaders[n]._sync_batch(steps[n], states)
-            self._share_group_states()
-            values = {name: m._batch_value() for name, m in self._modules.items()}
-        except BaseException:
-            for name, step in steps.items():
-                leaders[name]._abort_batch(step)
-            self._share_group_states()
-            raise
-        for name, m in leaders.items():
-            m._finish_batch(steps[name], values[name])
+        step.updated = True
+
+    def _step_syncs(self) -> bool:
+        return True  # (_sync_batch syncs the members that sync on step: none is nothing to do)
+
+    def _sync_batch(self, step: _CollectionStep) -> None:
+        """The members with a custom gather alone, the others in one engine call per process group."""
+        for name, m in step.leaders.items():
+            if m.dist_sync_fn is not None and m._step_syncs():  # its own gather: alone
+                m._sync_batch(step.steps[name])
+        for group, members in step.syncing.items():
+            specs = {n: m._sync_spec() for n, m in members.items()}
+            batches = {n: cast("dict[str, Any]", step.steps[n].batch) for n in members}  # set by _update_batch
+            synced = sync_metric_states(specs, batches, group, self._plan("step", group), "local", "forward")
+            for n, states in synced.items():
+                step.leaders[n]._sync_batch(step.steps[n], states)
+        self._share_group_states()
+
+    def _batch_value(self) -> dict[str, Any]:
+        return {name: m._batch_value() for name, m in self._modules.items()}
+
+    def _finish_batch(self, step: _CollectionStep, values: dict[str, Any]) -> dict[str, Any]:
+        for name, m in step.leaders.items():
+            m._finish_batch(step.steps[name], values[name])
         self._share_group_states()
         for name, m in self._modules.items():
             m._forward_cache = detach(values[name])
         return self._results(values)
 
+    def _abort_batch(self, step: _CollectionStep) -> None:
+        for name, own in step.steps.items():
+            step.leaders[name]._abort_batch(own)
+        if step.updated:
+            self._share_group_states()
+
     @staticmethod
-    def _syncing(members: dict[str, Metric]) -> dict[Group, dict[str, Metric]]:
+    def _by_group(members: dict[str, Metric]) -> dict[Group, dict[str, Metric]]:
         """``members`` by process group (all of them in one engine call per group)."""
         out: dict[Any, dict[str, Metric]] = {}
         for name, m in members.items():
@@ -356,15 +391,15 @@ class MetricCollection(nn.ModuleDict):
 
     def compute(self) -> dict[str, Any]:
         """Every member's epoch value; all members' states synced in one engine call."""
-        if compiling() and any(m._syncs_on_compute() for m in self._modules.values()):
-            return _eager_compute(self)  # one graph break: the sync runs inside try/finally
+        if compiling() and any(m._compute_syncs() for m in self._modules.values()):
+            return self._outside_compute(self)  # one graph break: the sync runs inside try/finally
         leaders = self._leaders()
         synced_here: list[Metric] = []
         try:
-            for group, members in self._syncing({n: m for n, m in leaders.items() if m._joins_compute_sync()}).items():
+            for group, members in self._by_group({n: m for n, m in leaders.items() if m._joins_compute_sync()}).items():
                 states = {n: m.metric_state for n, m in members.items()}
                 specs = {n: m._sync_spec() for n, m in members.items()}
-                synced = sync_metrics(specs, states, group, self._plan("epoch", group), "none")
+                synced = sync_metric_states(specs, states, group, self._plan("epoch", group), "none")
                 for n, m in members.items():
                     m._hold_synced(states[n], synced[n])
                     synced_here.append(m)
@@ -473,5 +508,4 @@ class MetricCollection(nn.ModuleDict):
 
 
 # Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each.
-_eager_forward = outside_graph(MetricCollection.forward)
-_eager_compute = outside_graph(MetricCollection.compute)
+run_outside_graph(MetricCollection, {"_outside_forward": "forward", "_outside_compute": "compute"})

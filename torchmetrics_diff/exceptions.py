@@ -1,6 +1,48 @@
-"""The package's own exception types."""
+"""The package's own exception types.
+
+Every one subclasses ``RuntimeError``, so ``except RuntimeError`` keeps working (``ShapeMismatchError`` is a
+``ValueError`` too, as it was before it had a class of its own)::
+
+    ValueError, RuntimeError
+    └── ShapeMismatchError         inputs that must have one shape do not (preds/target, two views, ...)
+
+    RuntimeError
+    ├── TorchMetricsUserError      a metric used out of order (forward while synced, sync twice, ...)
+    └── DistributedError           a call that communicates failed because of the other ranks
+        ├── CollectiveError        the collective itself failed: a timeout, a backend error
+        │   └── PeerLeftError      a peer's process exited or lost its connection during the call
+        ├── PeerFailedError        a peer raised its own error first and joined only to say so
+        └── RanksDisagreeError     the ranks disagree on the call's metadata, or are in different calls
+
+The distributed ones are defined in ``torchmetrics_diff.distributed._failure`` (the bottom of the package, which
+every layer may import) and belong here: import them from this module.
+
+Example:
+    >>> from torchmetrics_diff.exceptions import DistributedError, PeerLeftError
+    >>> issubclass(PeerLeftError, DistributedError) and issubclass(PeerLeftError, RuntimeError)
+    True
+"""
 
 from __future__ import annotations
+
+from torchmetrics_diff.distributed._failure import (
+    CollectiveError,
+    DistributedError,
+    PeerFailedError,
+    PeerLeftError,
+    RanksDisagreeError,
+)
+from torchmetrics_diff.functional._errors import ShapeMismatchError
+
+__all__ = [
+    "CollectiveError",
+    "DistributedError",
+    "PeerFailedError",
+    "PeerLeftError",
+    "RanksDisagreeError",
+    "ShapeMismatchError",
+    "TorchMetricsUserError",
+]
 
 
 class TorchMetricsUserError(RuntimeError):

@@ -7,7 +7,9 @@ bound methods and pickle like any module.
 ``forward`` builds the batch's states from fresh defaults with the caller's autograd mode, syncs them
 differentiably when ``dist_sync_on_step`` (each rank's own contribution keeps its graph, its gradient scaled
 by the group size under ``grad_reduction="mean"``), computes the batch value, and merges the *detached* batch
-states into the accumulated ones. Nothing a step does depends on how many steps came before.
+states into the accumulated ones. Nothing a step does depends on how many steps came before. The steps and
+their hooks are the batch-step protocol of ``torchmetrics_diff._batch_step``; what ``torch.compile`` needs of
+the class is in ``torchmetrics_diff._dynamo``.
 
 The arithmetic and comparison operators of :class:`Metric` (and ``metric[idx]``) are defined in
 :mod:`torchmetrics_diff.composition`, next to the :class:`~torchmetrics_diff.CompositionalMetric` they build.
@@ -15,31 +17,38 @@ The arithmetic and comparison operators of :class:`Metric` (and ``metric[idx]``)
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
-import types
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from copy import deepcopy
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, cast
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from torchmetrics_diff._state_sync import SyncSpec, gather_each, sync_metrics
-from torchmetrics_diff._tensors import default_device, detach, promoted, unaliased, unhalved
+from torchmetrics_diff._batch_step import _MetricBatchSteps
+from torchmetrics_diff._dynamo import (
+    folded_lists,
+    give_own_code,
+    own_code,
+    run_outside_graph,
+    set_aside_lists,
+    steps_outside_graph,
+    wrap_lifecycle,
+)
+from torchmetrics_diff._metric_sync import SyncSpec, gather_each, sync_metric_states
+from torchmetrics_diff._tensors import default_device, detach, promoted, unaliased
 from torchmetrics_diff._torchmetrics import refuse_in_torchmetrics_containers
 from torchmetrics_diff.distributed._backend import Group, group_size
-from torchmetrics_diff.distributed._compile import compiling, outside_graph
-from torchmetrics_diff.distributed._reductions import REDUCTIONS, as_rows, merge, valid
-from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync
+from torchmetrics_diff.distributed._compile import compiling
+from torchmetrics_diff.distributed._reductions import REDUCTIONS, as_rows, valid
+from torchmetrics_diff.distributed._sync import SyncPlan
 from torchmetrics_diff.exceptions import TorchMetricsUserError
 
 _GRAD_REDUCTIONS = ("mean", "sum")
-_CPU = torch.device("cpu")
 
 
 def dim_zero_cat(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
@@ -97,30 +106,7 @@ def register_with_torchmetrics() -> bool:
 _TORCHMETRICS_REGISTERED = False
 
 
-class BatchStep:
-    """One batch on its way through the batch-step protocol (see :class:`Metric`): what undoing or finishing
-    it needs.
-
-    Attributes:
-        accumulated: the accumulated states, set aside while the batch states are in place.
-        computed: the cached ``compute`` value of the accumulated states (put back by an abort).
-        batch: the batch states as ``update`` left them, before any sync; ``None`` (a caller that folds the batch
-            itself and does not sync the states, as the losses): the states in place.
-        args: the positional arguments of the batch.
-        kwargs: the keyword arguments of the batch.
-    """
-
-    __slots__ = ("accumulated", "args", "batch", "computed", "kwargs")
-
-    def __init__(self, accumulated: dict[str, Any], computed: Any) -> None:
-        self.accumulated = accumulated
-        self.computed = computed
-        self.batch: dict[str, Any] | None = None
-        self.args: tuple = ()
-        self.kwargs: dict[str, Any] = {}
-
-
-class Metric(nn.Module):
+class Metric(_MetricBatchSteps, nn.Module):
     """Base class of every metric and loss: states, lifecycle, and sync across ranks with autograd.
 
     Subclasses register states with :meth:`add_state` in ``__init__`` and implement ``update`` (fold a batch
@@ -165,24 +151,13 @@ class Metric(nn.Module):
         >>> metric.compute()  # every batch since the last reset
         tensor(7.)
 
-    Internals, for the package's own subclasses (protected members, not part of the public API). The batch-step
-    protocol: ``forward`` is five steps, and :class:`~torchmetrics_diff.MetricCollection` (which
-    syncs all its members between the second and the third) and the losses (which compute their value
-    themselves) run the same steps, so the bookkeeping of a batch exists once:
-
-    - ``_begin_batch`` refuses a synced metric, counts the update and swaps in fresh batch states; it returns
-      the ``BatchStep`` the other steps take.
-    - ``_update_batch`` folds the batch into the batch states with the caller's autograd mode.
-    - ``_sync_batch`` replaces the batch states by their values over every rank (when syncing on step).
-    - ``_batch_value`` is the value of the batch states.
-    - ``_finish_batch`` merges the detached batch states into the accumulated ones and keeps the detached
-      value as ``_forward_cache`` (what Lightning logs); ``_abort_batch`` instead puts everything back.
-
-    What a collection needs besides: ``_filter_kwargs`` (the keyword arguments ``update`` takes),
-    ``_snapshot``/``_restore`` (an all-or-nothing ``update``), ``_same_update`` and
-    ``_share_states`` (compute groups), ``_sync_spec``, ``_hold_synced`` and ``_is_synced`` (one
-    sync for every member), and the questions ``_syncs_on_step``, ``_syncs_on_step_eagerly``, ``_steps_out_of_graph``,
-    ``_syncs_on_compute`` and ``_joins_compute_sync``.
+    Internals, for the package's own subclasses (protected members, not part of the public API): ``forward``
+    runs the batch-step protocol of ``torchmetrics_diff._batch_step``, whose module docstring lists the hooks
+    (inherited from ``_MetricBatchSteps``) and who may call them. What a collection needs besides:
+    ``_filter_kwargs`` (the keyword arguments ``update`` takes), ``_snapshot``/``_restore`` (an all-or-nothing
+    ``update``), ``_same_update`` and ``_share_states`` (compute groups), ``_sync_spec``, ``_hold_synced`` and
+    ``_is_synced`` (one sync for every member), and the questions ``_step_syncs``, ``_step_syncs_by_engine``,
+    ``_compute_syncs`` and ``_joins_compute_sync``.
     """
 
     is_differentiable: ClassVar[bool | None] = None
@@ -195,15 +170,15 @@ class Metric(nn.Module):
 
     _raw_update: ClassVar[Callable[..., Any]]
     _raw_compute: ClassVar[Callable[..., Any]]
-    # forward, compute and update run eagerly behind one graph break (one copy per class, see _OUTSIDE_GRAPH)
+    # forward and compute run eagerly behind one graph break (a copy per class: _dynamo.run_outside_graph)
     _outside_forward: ClassVar[Callable[..., Any]]
     _outside_compute: ClassVar[Callable[..., Any]]
-    _outside_update: ClassVar[Callable[..., Any]]
     #: the lifecycle methods shared by every subclass that ``torch.compile`` may compile as frames of their own
     #: (when a graph break below them stops Dynamo inlining them): each subclass runs its own copy of their code,
-    #: so their compiled frames are cached per class (see :func:`_own_code`)
+    #: so their compiled frames are cached per class (see ``_dynamo.own_code``)
     _per_class_code: ClassVar[tuple[str, ...]] = (
         "forward",
+        "_run_batch_step",
         "_update_template",
         "_compute_template",
         "_begin_batch",
@@ -211,26 +186,21 @@ class Metric(nn.Module):
         "_batch_value",
         "_finish_batch",
         "_abort_batch",
-        "_run",
+        "_run_in_lifecycle",
     )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give the subclass its own copy of the lifecycle's code (:attr:`_per_class_code`), and wrap its own
         ``update``/``compute`` once, at class creation, in the lifecycle template."""
         super().__init_subclass__(**kwargs)
-        for name in cls._per_class_code:
-            inherited = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), None)
-            if name not in cls.__dict__ and inspect.isfunction(inherited):
-                setattr(cls, name, _own_code(inherited, cls))
-        for name, fn in _OUTSIDE_GRAPH.items():
-            setattr(cls, name, staticmethod(_own_code(outside_graph(fn), cls)))
+        give_own_code(cls, cls._per_class_code)
         if not cls.__dict__.get("_wrap_lifecycle", True):
             return
         for which in ("update", "compute"):
             raw = cls.__dict__.get(which)
             if raw is not None:
                 setattr(cls, f"_raw_{which}", raw)
-                setattr(cls, which, _own_code(_wrap(raw, getattr(cls, f"_{which}_template")), cls))
+                setattr(cls, which, own_code(wrap_lifecycle(raw, getattr(cls, f"_{which}_template")), cls))
 
     def __init__(
         self,
@@ -473,21 +443,21 @@ class Metric(nn.Module):
         if self._synced_cache is not None:
             raise self._synced_error("update")
         # traced: ``update`` appends to fresh lists, folded into the accumulated rows after (see _folded_lists)
-        rows = self._set_aside_lists() if compiling() and self._list_states else None
+        rows = set_aside_lists(self) if compiling() and self._list_states else None
         # In-place updates (``self.total += x``) must not leave half-updated states when ``update`` raises.
         snapshot = self._snapshot()
         self._computed = None
         self._add_count(1)  # not `+= 1`: under torch.compile, see _add_count
         try:
             with torch.no_grad():  # accumulated states never hold a graph (nor a view of one)
-                self._run(raw, *detach(args), **detach(kwargs))
+                self._run_in_lifecycle(raw, *detach(args), **detach(kwargs))
         except BaseException:
             self._restore(snapshot)
             if rows is not None:
                 self._set_states(rows)
             raise
         if rows is not None:
-            self._set_states(_folded_lists(rows, self.metric_state))
+            self._set_states(folded_lists(rows, self.metric_state))
         for name, before in snapshot[0].items():  # a float64 input must not promote a float32 accumulator
             after = getattr(self, name)
             if promoted(before, after):
@@ -499,7 +469,7 @@ class Metric(nn.Module):
     def _compute_template(self, raw: Callable) -> Any:
         if self._in_lifecycle:
             return raw(self)
-        if compiling() and self._syncs_on_compute():
+        if compiling() and self._compute_syncs():
             return self._outside_compute(self, raw)  # the sync runs inside a context manager: one break around it all
         if not compiling() and self._update_count == 0:  # (traced: the count is a tensor; no data-dependent branch)
             warnings.warn(
@@ -512,7 +482,7 @@ class Metric(nn.Module):
         external = self._synced_cache is not None  # a MetricCollection synced every member at once
         should_sync = self.sync_on_compute and not external
         with self.sync_context(should_sync=should_sync, should_unsync=should_sync), torch.no_grad():
-            value = detach(self._run(raw))
+            value = detach(self._run_in_lifecycle(raw))
             # a value that is a state (``return self.total``) would change with the next in-place update
             value = unaliased(value, self.metric_state)
         if self.compute_with_cache:
@@ -523,9 +493,9 @@ class Metric(nn.Module):
         """A cached value may only skip a sync that no rank needs: ranks that updated since would sync alone."""
         if not self.compute_with_cache or self._computed is None:
             return False
-        return not (self.sync_on_compute and self._defaults and self._distributed_available())
+        return not (self._defaults and self._compute_syncs())
 
-    def _syncs_on_compute(self) -> bool:
+    def _compute_syncs(self) -> bool:
         """Whether :meth:`compute` syncs across ranks (then, under ``torch.compile``, it runs eagerly)."""
         return self.sync_on_compute and self._distributed_available()
 
@@ -560,7 +530,7 @@ class Metric(nn.Module):
             "unsync(). Call unsync() first (or leave the sync_context block)."
         )
 
-    def _run(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    def _run_in_lifecycle(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """``fn(self, ...)`` inside the metric's own lifecycle, where a subclass's ``super().update()`` (or
         ``compute()``) runs plainly instead of starting a lifecycle of its own."""
         state = self.__dict__
@@ -580,127 +550,9 @@ class Metric(nn.Module):
             args: the batch, as the subclass's ``update`` takes it.
             kwargs: the batch's keyword arguments, as the subclass's ``update`` takes them.
         """
-        if compiling() and self._steps_out_of_graph():
+        if compiling() and steps_outside_graph(self):
             return self._outside_forward(self, *args, **kwargs)
-        step = self._begin_batch()
-        try:
-            self._update_batch(step, args, kwargs)
-            if self.dist_sync_on_step and self._distributed_available():
-                self._sync_batch(step)
-            value = self._batch_value()
-        except BaseException:
-            self._abort_batch(step)
-            raise
-        return self._finish_batch(step, value)
-
-    # ------------------------------------------------------- the batch-step protocol (see the class docstring)
-    def _begin_batch(self) -> BatchStep:
-        """Refuse a synced metric, count the update and swap in fresh batch states.
-
-        Raises:
-            TorchMetricsUserError: the metric is synced (its batch would be lost at ``unsync``).
-        """
-        state = self.__dict__
-        if state["_synced_cache"] is not None:
-            raise self._synced_error("forward")
-        step = BatchStep({name: state[name] for name in self._defaults}, state["_computed"])
-        state["_computed"] = None
-        self._add_count(1)  # not `+= 1`: under torch.compile, see _add_count
-        state.update({n: d.clone() if isinstance(d, torch.Tensor) else [] for n, d in self._defaults.items()})
-        return step
-
-    def _update_batch(self, step: BatchStep, args: tuple, kwargs: dict[str, Any], announce: bool = True) -> None:
-        """Fold the batch into the batch states with the caller's autograd mode (``update``).
-
-        If ``update`` raises while the other ranks are about to sync, the error is announced to them through the
-        sync's first round (``announce``; a collection announces once for all its members), so every rank raises
-        instead of waiting. The caller aborts the step.
-        """
-        step.args, step.kwargs = args, kwargs
-        try:
-            self._run(type(self)._raw_update, *args, **kwargs)
-        except Exception as err:
-            if announce and self._syncs_on_step():
-                fail_sync(
-                    err, self.process_group, plan=self._plan("local"), owner=type(self).__name__, device=self.device
-                )
-            raise
-        state = self.__dict__
-        step.batch = {name: unhalved(state[name], default) for name, default in self._defaults.items()}
-        state.update(step.batch)  # (a state left in half precision is widened to its default's dtype)
-
-    def _sync_batch(self, step: BatchStep, synced: dict[str, Any] | None = None) -> None:
-        """Replace the batch states by their values over every rank, differentiably (``grad="local"``).
-
-        Args:
-            step: the step whose batch states to sync.
-            synced: the synced states when the caller synced them with others' (a collection); ``None``: sync
-                them here.
-        """
-        batch = cast("dict[str, Any]", step.batch)  # (set by _update_batch)
-        self._set_states(synced if synced is not None else self._sync_values(batch, grad="local"))
-
-    def _batch_value(self) -> Any:
-        """The value of the states in place (``compute`` without sync or cache)."""
-        return self._run(type(self)._raw_compute)
-
-    def _finish_batch(self, step: BatchStep, value: Any) -> Any:
-        """Fold the detached batch states into the accumulated ones; keep the detached value; return ``value``."""
-        if self._merged_by_reduction:
-            # the count only weighs `mean` states: reading it in traced code would guard on the eager count
-            count = self._update_count if self._weighs_count else 1
-            batch = step.batch if step.batch is not None else self.metric_state
-            # (a batch state without a graph merges as it is: the merge makes new tensors or extends a list)
-            batch = {
-                n: v if isinstance(v, torch.Tensor) and not v.requires_grad else detach(v) for n, v in batch.items()
-            }
-            self._set_states(self._merged(step.accumulated, batch, count))
-        else:  # no known reduction to merge by: replay ``update`` on the accumulated states
-            self._set_states(step.accumulated)
-            with torch.no_grad():
-                self._run(type(self)._raw_update, *detach(step.args), **detach(step.kwargs))
-        if self.compute_on_cpu:
-            self._move_list_states(_CPU)
-        self.__dict__["_forward_cache"] = detach(value)
-        return value
-
-    def _abort_batch(self, step: BatchStep) -> None:
-        """Undo :meth:`_begin_batch` and whatever came after it: the accumulated states, count and cache return."""
-        self._set_states(step.accumulated)
-        self._add_count(-1)
-        self.__dict__["_computed"] = step.computed
-
-    def _syncs_on_step_eagerly(self) -> bool:
-        """Whether ``forward`` syncs across ranks: then, under ``torch.compile``, the whole ``forward`` runs eagerly
-        behind one graph break (the sync is host-side, and Dynamo cannot resume after a break inside its ``try``)."""
-        return self.dist_sync_on_step and self._distributed_available()
-
-    def _steps_out_of_graph(self) -> bool:
-        """Whether, under ``torch.compile``, ``forward`` runs eagerly behind one graph break: it syncs across ranks
-        (:meth:`_syncs_on_step_eagerly`). (List states stay in the graph: see :func:`_folded_lists`.)"""
-        return self._syncs_on_step_eagerly()
-
-    def _set_aside_lists(self) -> dict[str, list]:
-        """The list states, replaced by fresh empty lists for ``update`` to append to (traced code only)."""
-        state = self.__dict__
-        rows = {name: state[name] for name in self._list_states}
-        state.update({name: [] for name in self._list_states})
-        return rows
-
-    def _syncs_on_step(self) -> bool:
-        """Whether ``forward`` syncs through the engine (so peers wait in its first round)."""
-        return self.dist_sync_on_step and self.dist_sync_fn is None and self._distributed_available()
-
-    def _merged(self, acc: dict[str, Any], new: dict[str, Any], count: float) -> dict[str, Any]:
-        """Fold states ``new`` (detached) into ``acc``; a ``mean`` state moves ``1/count`` of the way to new."""
-        owner = type(self).__name__
-        if compiling() and self._list_states:  # traced: a list state stays one tensor (see _folded_lists)
-            lists = _folded_lists({n: acc[n] for n in self._list_states}, new)
-            return {
-                n: lists[n] if n in lists else merge(fx, acc[n], new[n], count, owner=owner, name=n)
-                for n, fx in self._reductions.items()
-            }
-        return {n: merge(fx, acc[n], new[n], count, owner=owner, name=n) for n, fx in self._reductions.items()}
+        return self._run_batch_step(args, kwargs)
 
     def merge_state(self, incoming_state: dict[str, Any] | Metric) -> None:
         """Merge the states of another metric (or a dict of states) of the same kind into this one.
@@ -771,7 +623,9 @@ class Metric(nn.Module):
         if self.dist_sync_fn is not None:
             return gather_each(self._sync_spec(), states, self.dist_sync_fn, self.process_group, grad)
         call = "forward" if grad == "local" else "sync"
-        return sync_metrics({"": self._sync_spec()}, {"": states}, self.process_group, self._plan(grad), grad, call)[""]
+        return sync_metric_states(
+            {"": self._sync_spec()}, {"": states}, self.process_group, self._plan(grad), grad, call
+        )[""]
 
     def _plan(self, grad: str) -> SyncPlan:
         """Step syncs (batch states, input dtype) and epoch syncs (accumulators) keep separate agreed plans."""
@@ -1066,6 +920,9 @@ class Metric(nn.Module):
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
         """Plot a value of the metric, or a sequence of values (one per step or epoch), with matplotlib.
 
+        The picture is torchmetrics': the same points, labels, legend, ``plot_lower_bound`` and
+        ``plot_upper_bound`` lines and "Optimal value" mark (see the plotting guide).
+
         Args:
             val: a value as ``forward`` or ``compute`` return it (a scalar or 1-D tensor, a 2-D tensor shown as
                 an image, a dict of those), or a sequence of such values (drawn over their index);
@@ -1085,16 +942,9 @@ class Metric(nn.Module):
             >>> values = [metric(torch.tensor([float(i), 1.0])) for i in range(5)]
             >>> fig, ax = metric.plot(values)  # doctest: +SKIP
         """
-        from torchmetrics_diff._plot import plot_values
+        from torchmetrics_diff._plot import plot_metric
 
-        return plot_values(
-            self.compute() if val is None else val,
-            ax=ax,
-            name=self.plot_legend_name or type(self).__name__,
-            higher_is_better=self.higher_is_better,
-            lower_bound=self.plot_lower_bound,
-            upper_bound=self.plot_upper_bound,
-        )
+        return plot_metric(self, val, ax)
 
     __hash__ = nn.Module.__hash__
 
@@ -1138,22 +988,6 @@ class Metric(nn.Module):
         def __getitem__(self, idx: Any) -> Metric: ...
 
 
-def _folded_lists(rows: dict[str, list], new: dict[str, Any]) -> dict[str, list]:
-    """Under ``torch.compile``: each list state of ``rows`` (the accumulated rows) with the tensors ``update`` just
-    appended to ``new[name]``, as a list holding *one* tensor, their concatenation (or an empty list).
-
-    Eager code appends a batch to the list (a step costs the same after 10,000 steps as after one). Traced code
-    that grows a list makes Dynamo guard on its length, so every step would compile anew; a list that always holds
-    one tensor keeps its length, and the tensor's growing first dimension becomes a dynamic size after one
-    recompile. The price is a copy of the accumulated rows per traced step.
-    """
-    out = {}
-    for name, acc in rows.items():
-        parts = [as_rows(t) for t in (*acc, *new[name])]
-        out[name] = [torch.cat(parts)] if parts else []
-    return out
-
-
 def _differs(value: Any, default: Any) -> bool:
     if value is default:
         return False
@@ -1165,46 +999,6 @@ def _differs(value: Any, default: Any) -> bool:
 
 refuse_in_torchmetrics_containers(Metric)  # the torchmetrics containers that cannot hold our metrics say so
 
-
-#: Under torch.compile with more than one rank (or with list states), forward, compute and update run eagerly
-#: behind one graph break each (:func:`outside_graph`; docs/guide/compile.rst): through a class attribute, a copy
-#: per class made in ``__init_subclass__`` (Dynamo resumes in the wrapper after the break and caches that frame
-#: per code object, as it does the lifecycle's: see :func:`_own_code`).
-_OUTSIDE_GRAPH = {
-    "_outside_forward": Metric.forward,
-    "_outside_compute": Metric._compute_template,
-    "_outside_update": Metric._update_template,
-}
-for _name, _fn in _OUTSIDE_GRAPH.items():
-    setattr(Metric, _name, staticmethod(outside_graph(_fn)))
-
-
-def _wrap(raw: Callable, template: Callable) -> Callable:
-    @functools.wraps(raw)
-    def wrapped(self: Metric, *args: Any, **kwargs: Any) -> Any:
-        return template(self, raw, *args, **kwargs)
-
-    return wrapped
-
-
-def _own_code(fn: Callable, owner: type) -> Callable:
-    """A copy of the function ``fn`` for the class ``owner``, running a copy of ``fn``'s code object.
-
-    Dynamo keeps the frames it compiles per code object, and its ``recompile_limit`` (8) counts them per code
-    object. A method every metric class inherits, compiled as a frame of its own (below a graph break), guards
-    on the class of ``self``: one compiled frame per class, all in one code object, so that one compiled step
-    calling nine metric classes would exceed the limit and run the rest of it eagerly. With a copy per class,
-    each class's frames are cached apart. Same name, file, lines, defaults and docstring; nothing changes in
-    eager mode.
-    """
-    # a new code object, equal to fn's but for the name tracebacks show
-    if sys.version_info >= (3, 11):
-        code = fn.__code__.replace(co_qualname=f"{owner.__qualname__}.{fn.__name__}")
-    else:
-        code = fn.__code__.replace()
-    copy = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    copy.__kwdefaults__ = fn.__kwdefaults__
-    copy.__dict__.update(fn.__dict__)
-    for attr in ("__doc__", "__module__", "__qualname__", "__annotations__"):
-        setattr(copy, attr, getattr(fn, attr))
-    return copy
+# Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each
+# (docs/guide/compile.rst), through a copy per class (_dynamo.give_own_code)
+run_outside_graph(Metric, {"_outside_forward": "forward", "_outside_compute": "_compute_template"})

@@ -1,6 +1,6 @@
 """Draw the pictures of the plotting guide (``docs/guide/plotting.rst``) with ``Metric.plot``.
 
-Writes four small PNGs into ``docs/_static/``. Needs matplotlib (the ``plot`` extra). Run from the repository
+Writes five small PNGs into ``docs/_static/``. Needs matplotlib (the ``plot`` extra). Run from the repository
 root::
 
     .venv/bin/python docs/examples/make_plot_images.py
@@ -20,7 +20,16 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from torchmetrics_diff import ConfusionMatrix, MaxMetric, MeanMetric, MetricCollection, SumMetric  # noqa: E402
+from torchmetrics_diff import (  # noqa: E402
+    ConfusionMatrix,
+    MaxMetric,
+    MeanAbsoluteError,
+    MeanMetric,
+    MeanSquaredError,
+    MetricCollection,
+    SumMetric,
+)
+from torchmetrics_diff.wrappers import MetricTracker  # noqa: E402
 
 STATIC = ROOT / "docs" / "_static"
 SIZE, DPI = (7.5, 5.0), 80  # 600 x 400 pixels
@@ -64,6 +73,15 @@ def main() -> None:
         confusion.update(torch.where(wrong, (target + 1) % 3, target), target)
     fig, _ = confusion.plot()
     _save(fig, "plot_matrix.png")
+
+    # 5. a tracker of a collection: every epoch's value, one line per key
+    tracker = MetricTracker(MetricCollection({"mae": MeanAbsoluteError(), "mse": MeanSquaredError()}))
+    for epoch in range(5):
+        tracker.increment()
+        preds = torch.randn(32, generator=g)
+        tracker.update(preds, preds + torch.randn(32, generator=g) / (epoch + 1))
+    fig, _ = tracker.plot()
+    _save(fig, "plot_tracker.png")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,14 @@ from typing import Any, Callable
 
 from torchmetrics_diff.distributed import _call
 
-__all__ = ["DistributedTestFailure", "free_port", "run_distributed", "run_once", "shutdown_pools"]
+__all__ = [
+    "DistributedTestFailure",
+    "free_port",
+    "run_distributed",
+    "run_once",
+    "run_once_with_departures",
+    "shutdown_pools",
+]
 
 _WORLD_SIZES = (1, 2, 3)
 _PG_TIMEOUT_S = 30.0  # a stuck collective raises inside the worker instead of blocking it forever
@@ -38,6 +45,10 @@ _STARTUP_TIMEOUT_S = 120.0  # three ranks importing torch on two cores can take 
 _STARTUP_ATTEMPTS = 3  # the free port can be taken between free_port() and rank 0 binding it
 _GRACE_S = 10.0  # after one rank fails, wait this long for the others (their errors often explain it)
 _READY = 0  # task id of the start-up handshake; real tasks count from 1
+
+#: called (if set) before every run: tests/conftest.py sets it, in a test not marked ``distributed``, to a function
+#: that raises, so a test that reaches the harness without the marker fails even when a pool is already running
+spawn_guard: Callable[[], None] | None = None
 
 
 class DistributedTestFailure(AssertionError):
@@ -298,6 +309,8 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
     """
     if world_size not in _WORLD_SIZES:
         raise ValueError(f"world_size must be one of {_WORLD_SIZES}, got {world_size}")
+    if spawn_guard is not None:
+        spawn_guard()
     blob = pickle.dumps((fn, args, kwargs))  # fail here, in the caller, if the task cannot be sent
     return _run(_get_pool(world_size), fn, blob, timeout, lambda: _drop(world_size))
 
@@ -323,6 +336,8 @@ def run_once(
         DistributedTestFailure: a rank raised or died, or not every rank finished within ``timeout`` seconds
             (the workers are then killed).
     """
+    if spawn_guard is not None:
+        spawn_guard()
     blob = pickle.dumps((fn, args, kwargs))
     pool = _start_pool(world_size, pg_timeout, init_group, startup_timeout=timeout)
     failed = False
@@ -337,3 +352,31 @@ def run_once(
     finally:
         if not failed:
             pool.close(graceful=True)
+
+
+def run_once_with_departures(
+    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0, pg_timeout: float = 10.0, **kwargs: Any
+) -> list:
+    """Like :func:`run_once`, for a body in which some ranks leave on purpose (``os._exit``, a lost connection).
+
+    Returns the value of each rank that finished, and for each rank that did not a string ``"left: ..."`` (its
+    process died) or ``"error: ..."`` (it raised; the traceback). The survivors have the grace period of
+    :meth:`_Pool.collect` after the first departure, so ``pg_timeout`` (each collective's bound) must be shorter
+    than that for a survivor stuck in a collective to raise in time; the workers are always killed at the end.
+    """
+    blob = pickle.dumps((fn, args, kwargs))
+    pool = _start_pool(world_size, pg_timeout, startup_timeout=timeout)
+    try:
+        done, errors, _ = pool.collect(pool.submit(blob), timeout, grace=max(_GRACE_S, pg_timeout + 5.0))
+    finally:
+        pool.close(graceful=False)
+    out: list = []
+    for rank in range(world_size):
+        if rank in done:
+            out.append(pickle.loads(done[rank]))
+        elif rank in errors:
+            died = errors[rank].startswith("worker process died")
+            out.append(("left: " if died else "error: ") + errors[rank])
+        else:
+            out.append(f"error: did not finish within {timeout}s")
+    return out

@@ -53,7 +53,7 @@ MOE_KINDS = ("moe_balance", "moe_z")
 SSL_KINDS = ("vicreg",)
 #: names of the parameters used inside the loss itself (not by an encoder)
 LOSS_PARAMS = ("log_logit_scale", "logit_bias")
-#: how the sharded CLIP combines its column statistics across ranks (``functional._global._columns_by_gather``)
+#: how the sharded CLIP combines its column statistics across ranks (``_global.contrastive._columns_by_gather``)
 COLUMN_BRANCHES = ("gather", "reductions")
 
 
@@ -232,11 +232,11 @@ def column_branch(branch: str) -> Iterator[list[bool]]:
     rule's limits are patched in this process (call it on every rank alike) and restored on exit. Yields the
     rule's decisions made inside (``True``: gather), so that a test can check which branch ran.
     """
-    from torchmetrics_diff.functional import _global
+    from torchmetrics_diff._global import contrastive
 
     if branch not in COLUMN_BRANCHES:
         raise ValueError(branch)
-    rule = _global._columns_by_gather
+    rule = contrastive._columns_by_gather
     decisions: list[bool] = []
 
     def recorded(world: int, m: int, itemsize: int) -> bool:
@@ -246,6 +246,6 @@ def column_branch(branch: str) -> Iterator[list[bool]]:
     limits = {"_GATHER_MAX_WORLD": 1 << 30} if branch == "gather" else {"_GATHER_MAX_WORLD": 0, "_GATHER_MAX_BYTES": 0}
     with ExitStack() as stack:
         for name, value in limits.items():
-            stack.enter_context(mock.patch.object(_global, name, value))
-        stack.enter_context(mock.patch.object(_global, "_columns_by_gather", recorded))
+            stack.enter_context(mock.patch.object(contrastive, name, value))
+        stack.enter_context(mock.patch.object(contrastive, "_columns_by_gather", recorded))
         yield decisions

@@ -17,12 +17,14 @@ from torchmetrics_diff import Metric, MetricCollection
 
 
 class Outcome(NamedTuple):
-    """What a call did on one rank: ``kind`` is ``"ok"`` or the exception's type name."""
+    """What a call did on one rank: ``kind`` is ``"ok"`` or the exception's type name; ``bases`` the names of the
+    classes it derives from (``RuntimeError`` for the package's ``RanksDisagreeError``, say)."""
 
     kind: str
     message: str
     seconds: float
     value: Any = None
+    bases: tuple[str, ...] = ()
 
 
 def outcome(call: Callable[[], Any]) -> Outcome:
@@ -31,7 +33,8 @@ def outcome(call: Callable[[], Any]) -> Outcome:
     try:
         value = call()
     except Exception as err:
-        return Outcome(type(err).__name__, str(err), time.monotonic() - start)
+        bases = tuple(c.__name__ for c in type(err).__mro__[1:])
+        return Outcome(type(err).__name__, str(err), time.monotonic() - start, bases=bases)
     return Outcome("ok", "", time.monotonic() - start, value)
 
 
@@ -53,8 +56,9 @@ def expect_error(call: Callable[[], Any], kind: type[BaseException], *needles: s
 def problem(
     what: str, got: Outcome, kind: str, needles: tuple[str, ...] | list[str] = (), within: float | None = None
 ) -> str | None:
-    """A description of how ``got`` differs from an error of type ``kind`` mentioning ``needles``, or None."""
-    if got.kind != kind:
+    """A description of how ``got`` differs from an error of type ``kind`` (or a subclass) mentioning ``needles``,
+    or None."""
+    if got.kind != kind and kind not in got.bases:
         return f"{what}: expected {kind}, got {got.kind} {got.message!r}"
     missing = missing_needles(got.message, needles)
     if missing:

@@ -83,5 +83,7 @@ def test_the_build_renders_math_as_mathml_without_a_cdn() -> None:
     # no MathJax and nothing fetched at build or view time (intersphinx's URLs are link targets: its inventories
     # are local files)
     assert "mathjax_path" not in conf and "mathjax3_config" not in conf
-    for target, inventory in re.findall(r'\("(https?://[^"]+)", "([^"]+)"\)', conf):
+    mappings = re.findall(r'\("(https?://[^"]+)", "([^"]+)"\)', conf)
+    assert mappings, "docs/conf.py names no intersphinx mapping: the pattern no longer matches it"
+    for target, inventory in mappings:
         assert not inventory.startswith("http") and (DOCS / inventory).is_file(), (target, inventory)

@@ -22,9 +22,9 @@ rounding; float64 inputs under autocast give bit for bit the values and gradient
 matrix products of the contrastive kernels take operands in the autocast dtype in forward and backward; a state
 that an update leaves in half precision is widened to its default's dtype.
 
-Package modules covered: ``functional`` (``_checks``, ``_kernels``, ``_contrastive``, ``_ring``, ``_global``,
-``_normalized``, ``_barlow_twins``, ``_regression``, ``_text``), ``losses``, ``aggregation``, ``metric``,
-``_tensors``, ``regression``, ``text``.
+Package modules covered: ``functional`` (``_checks``, ``_kernels``, ``_contrastive``, ``_normalized``,
+``_barlow_twins``, ``_regression``, ``_text``), ``_global`` (``ring_losses``, ``contrastive``), ``losses``,
+``aggregation``, ``metric``, ``_tensors``, ``regression``, ``text``.
 """
 
 from __future__ import annotations

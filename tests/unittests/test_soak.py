@@ -13,6 +13,9 @@ import torch
 from torchmetrics_diff import CatMetric, MeanMetric
 from torchmetrics_diff.losses import CLIPLoss
 
+# thousands of steps (20-60 s on the 2-core machines): in `make test`, not in the developer's `make test-fast`
+pytestmark = pytest.mark.soak
+
 
 def _rss_mib() -> float:
     with open("/proc/self/statm") as f:

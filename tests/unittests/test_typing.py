@@ -77,13 +77,15 @@ def evaluate(x: Tensor, y: Tensor, labels: Tensor, scale: Tensor) -> dict[str, A
         part: Tensor = token_mean.forward(x, mask=labels > 0)
 
     plain: Tensor = F.clip_loss(x, y, scale)
+    # a name of the global layer, which ``functional`` resolves lazily: typed through its TYPE_CHECKING import
+    global_loss: Tensor = F.global_clip_loss(x, y, scale, strategy="ring")
     accuracy: Tensor = F.accuracy(x, labels, task="multiclass", num_classes=3)
     rows: Tensor = all_gather_cat(x, grad="local")
     total: Tensor = all_reduce(x, "sum", grad="none")
     per_rank: list[Tensor] = gather_all_tensors(x)
     return {"value": value, "synced": synced, "member": member, "names": names, "results": results,
             "ratio": ratio, "negated": negated, "step": step, "epoch": epoch, "part": part, "plain": plain,
-            "accuracy": accuracy, "rows": rows, "total": total, "per_rank": per_rank}
+            "global_loss": global_loss, "accuracy": accuracy, "rows": rows, "total": total, "per_rank": per_rank}
 
 
 F.clip_loss("image embeddings", torch.zeros(2, 4), 10.0)  # WRONG: a str where a Tensor is expected

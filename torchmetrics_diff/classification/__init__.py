@@ -5,6 +5,14 @@ whole collection), the exact AUROC and average precision from ``cat`` states, an
 from __future__ import annotations
 
 from torchmetrics_diff.classification.auroc import AUROC, AveragePrecision
+from torchmetrics_diff.classification.auroc_tasks import (
+    BinaryAUROC,
+    BinaryAveragePrecision,
+    MulticlassAUROC,
+    MulticlassAveragePrecision,
+    MultilabelAUROC,
+    MultilabelAveragePrecision,
+)
 from torchmetrics_diff.classification.stat_scores import (
     Accuracy,
     ConfusionMatrix,
@@ -16,8 +24,6 @@ from torchmetrics_diff.classification.stat_scores import (
 )
 from torchmetrics_diff.classification.tasks import (
     BinaryAccuracy,
-    BinaryAUROC,
-    BinaryAveragePrecision,
     BinaryConfusionMatrix,
     BinaryF1Score,
     BinaryPrecision,
@@ -25,8 +31,6 @@ from torchmetrics_diff.classification.tasks import (
     BinarySpecificity,
     BinaryStatScores,
     MulticlassAccuracy,
-    MulticlassAUROC,
-    MulticlassAveragePrecision,
     MulticlassConfusionMatrix,
     MulticlassF1Score,
     MulticlassPrecision,
@@ -34,8 +38,6 @@ from torchmetrics_diff.classification.tasks import (
     MulticlassSpecificity,
     MulticlassStatScores,
     MultilabelAccuracy,
-    MultilabelAUROC,
-    MultilabelAveragePrecision,
     MultilabelConfusionMatrix,
     MultilabelF1Score,
     MultilabelPrecision,

@@ -17,6 +17,8 @@ class _CurveMetric(Metric):
 
     is_differentiable = False
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
     full_state_update = False
     _curve: str  # "auroc" or "average_precision"
     preds: list[torch.Tensor]
@@ -73,6 +75,27 @@ class _CurveMetric(Metric):
         else:
             scores, labels = dim_zero_cat(self.preds), dim_zero_cat(self.target)
         return curve_score(scores, labels, self.task, self._size, self.average, self._curve)
+
+    def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
+        """:meth:`Metric.plot <torchmetrics_diff.Metric.plot>`, named as torchmetrics' class of the task.
+
+        The y axis reads ``BinaryAUROC`` for ``AUROC(task="binary")``; a value per class (per label) is drawn as
+        "Class i" ("Label i"), as torchmetrics draws it.
+
+        Args:
+            val: a value or a sequence of values, as :meth:`Metric.plot <torchmetrics_diff.Metric.plot>` takes it;
+                ``None`` plots :meth:`compute`.
+            ax: a matplotlib ``Axes`` to draw into; ``None`` makes a new figure.
+
+        Returns:
+            ``(figure, axes)``.
+
+        Raises:
+            ModuleNotFoundError: matplotlib is not installed.
+        """
+        from torchmetrics_diff._plot import plot_metric
+
+        return plot_metric(self, val, ax, task=self.task, per_class=True)
 
 
 class AUROC(_CurveMetric):

@@ -16,16 +16,13 @@ from typing import Any, ClassVar
 import torch
 
 from torchmetrics_diff.functional._classification import StatScores as Counts
-from torchmetrics_diff.functional._classification import (
-    check_multidim_args,
-    check_task_args,
+from torchmetrics_diff.functional._classification import check_multidim_args, check_task_args, stat_scores
+from torchmetrics_diff.functional._classification_scores import (
     check_zero_division,
-    confusion_counts,
-    normalize_confusion,
     reduce_stat_scores,
     stack_stat_scores,
-    stat_scores,
 )
+from torchmetrics_diff.functional._confusion_matrix import confusion_counts, normalize_confusion
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 _TASK_ARGS = """
@@ -101,6 +98,8 @@ class _StatScoresMetric(_TaskCounts):
     """``tp``/``fp``/``tn``/``fn`` count states (per class or label) reduced to the score named by ``_score``."""
 
     higher_is_better: ClassVar[bool | None] = True
+    plot_lower_bound: ClassVar[float | None] = 0.0
+    plot_upper_bound: ClassVar[float | None] = 1.0
     zero_division = 0.0  # the score of a zero denominator: torchmetrics' 0 (Accuracy), an argument of the others
     _score: str  # a key of functional ``SCORES``
     tp: Any  # an int64 tensor, or (samplewise) a list of them
@@ -166,6 +165,27 @@ class _StatScoresMetric(_TaskCounts):
     def compute(self) -> torch.Tensor:
         """The score (see the class) of every batch seen; one per sample with ``multidim_average="samplewise"``."""
         return reduce_stat_scores(self._counts(), self._score, self.task, self.average, self.zero_division, self.top_k)
+
+    def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
+        """:meth:`Metric.plot <torchmetrics_diff.Metric.plot>`, named as torchmetrics' class of the task.
+
+        The y axis reads ``BinaryAccuracy`` for ``Accuracy(task="binary")``; a score per class (per label) is
+        drawn as "Class i" ("Label i"), as torchmetrics draws it.
+
+        Args:
+            val: a value or a sequence of values, as :meth:`Metric.plot <torchmetrics_diff.Metric.plot>` takes it;
+                ``None`` plots :meth:`compute`.
+            ax: a matplotlib ``Axes`` to draw into; ``None`` makes a new figure.
+
+        Returns:
+            ``(figure, axes)``.
+
+        Raises:
+            ModuleNotFoundError: matplotlib is not installed.
+        """
+        from torchmetrics_diff._plot import plot_metric
+
+        return plot_metric(self, val, ax, task=self.task, per_class=self._score != "stat_scores")
 
 
 class Accuracy(_StatScoresMetric):
@@ -287,6 +307,8 @@ class StatScores(_StatScoresMetric):
         zero_division=False,
     )
     higher_is_better = None
+    plot_lower_bound = None
+    plot_upper_bound = None
     _score = "stat_scores"
 
     def compute(self) -> torch.Tensor:
@@ -387,7 +409,7 @@ class ConfusionMatrix(_TaskCounts):
         return plot_values(
             self.compute() if val is None else val,
             ax=ax,
-            name=self.plot_legend_name or type(self).__name__,
+            name=type(self).__name__,
             higher_is_better=self.higher_is_better,
             lower_bound=self.plot_lower_bound,
             upper_bound=self.plot_upper_bound,

@@ -1,9 +1,10 @@
-"""The task classes torchmetrics users import (``BinaryAccuracy``, ``MulticlassAUROC``, ...): each is the
+"""The task classes torchmetrics users import (``BinaryAccuracy``, ``MulticlassF1Score``, ...): each is the
 generic class (:class:`~torchmetrics_diff.Accuracy`, ...) with its task fixed and torchmetrics' signature and
 defaults (``average="macro"`` for the multiclass and multilabel classes, as torchmetrics' task classes), so that
 an ``isinstance`` check against the generic class holds and the states, syncs and values are the generic ones.
+Here the stat-score and confusion-matrix classes; the AUROC and average-precision ones are in ``auroc_tasks``.
 
-A task form's signature is written once, in a private base (``_BinaryStatScores``, ``_MulticlassCurve``, ...)
+A task form's signature is written once, in a private base (``_BinaryStatScores``, ``_MulticlassZeroDivision``, ...)
 that the task classes of that form share, and each class's docstring is built by :func:`_task_doc` from its
 signature and the shared argument descriptions; a class itself holds its example."""
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, TypeVar
 
-from torchmetrics_diff.classification.auroc import AUROC, AveragePrecision, _CurveMetric
+from torchmetrics_diff.classification.auroc import _CurveMetric
 from torchmetrics_diff.classification.stat_scores import (
     Accuracy,
     ConfusionMatrix,
@@ -51,14 +52,6 @@ def _task_doc(cls: _T) -> _T:
     docs = {**ARGS, "average": CURVE_AVERAGE[task]} if issubclass(cls, _CurveMetric) and task != "binary" else ARGS
     cls.__doc__ = compose(summary, args_section(cls, docs), section("Raises", _RAISES), tail=cls.__doc__)
     return cls
-
-
-def _check_normalization(normalization: Any) -> None:
-    if normalization != "sigmoid":
-        raise ValueError(
-            f"`normalization` must be 'sigmoid' (logits go through a sigmoid; no other is implemented); got "
-            f"{normalization!r}"
-        )
 
 
 # ---------------------------------------------------------------------------------------- the task forms
@@ -161,53 +154,6 @@ class _MultilabelZeroDivision(_MultilabelStatScores):
     ) -> None:
         args = (num_labels, threshold, average, multidim_average, ignore_index, validate_args)
         super().__init__(*args, zero_division=zero_division, **kwargs)
-
-
-class _MulticlassCurve(_CurveMetric):
-    """The multiclass signature of :class:`AUROC` and :class:`AveragePrecision` (keywords: their positional
-    orders differ)."""
-
-    def __init__(
-        self,
-        num_classes: int | None = None,
-        average: str | None = "macro",
-        thresholds: Any = None,
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            task="multiclass",
-            num_classes=num_classes,
-            average=average,
-            thresholds=thresholds,
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            **kwargs,
-        )
-
-
-class _MultilabelCurve(_CurveMetric):
-    """The multilabel signature of :class:`AUROC` and :class:`AveragePrecision`."""
-
-    def __init__(
-        self,
-        num_labels: int | None = None,
-        average: str | None = "macro",
-        thresholds: Any = None,
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            task="multilabel",
-            num_labels=num_labels,
-            average=average,
-            thresholds=thresholds,
-            ignore_index=ignore_index,
-            validate_args=validate_args,
-            **kwargs,
-        )
 
 
 # -------------------------------------------------------------------------------------- the task classes
@@ -545,112 +491,15 @@ class MultilabelConfusionMatrix(ConfusionMatrix):
         super().__init__("multilabel", threshold, None, num_labels, normalize, ignore_index, validate_args, **kwargs)
 
 
-@_task_doc
-class BinaryAUROC(AUROC):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import BinaryAUROC
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> metric = BinaryAUROC()
-        >>> metric(preds, target)
-        tensor(0.5000)
-    """
-
-    def __init__(
-        self,
-        max_fpr: Any = None,
-        thresholds: Any = None,
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__("binary", ignore_index, validate_args, thresholds=thresholds, max_fpr=max_fpr, **kwargs)
-
-
-@_task_doc
-class MulticlassAUROC(_MulticlassCurve, AUROC):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MulticlassAUROC
-        >>> preds, target = (
-        ...     torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]]),
-        ...     torch.tensor([0, 1, 2, 1]),
-        ... )
-        >>> metric = MulticlassAUROC(num_classes=3)
-        >>> metric(preds, target)
-        tensor(0.9583)
-    """
-
-
-@_task_doc
-class MultilabelAUROC(_MultilabelCurve, AUROC):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MultilabelAUROC
-        >>> preds, target = (
-        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-        ... )
-        >>> metric = MultilabelAUROC(num_labels=2)
-        >>> metric(preds, target)
-        tensor(0.7500)
-    """
-
-
-@_task_doc
-class BinaryAveragePrecision(AveragePrecision):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import BinaryAveragePrecision
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> metric = BinaryAveragePrecision()
-        >>> metric(preds, target)
-        tensor(0.7500)
-    """
-
-    def __init__(
-        self,
-        thresholds: Any = None,
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        normalization: str | None = "sigmoid",
-        **kwargs: Any,
-    ) -> None:
-        _check_normalization(normalization)
-        super().__init__("binary", thresholds, ignore_index=ignore_index, validate_args=validate_args, **kwargs)
-
-
-@_task_doc
-class MulticlassAveragePrecision(_MulticlassCurve, AveragePrecision):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MulticlassAveragePrecision
-        >>> preds, target = (
-        ...     torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]]),
-        ...     torch.tensor([0, 1, 2, 1]),
-        ... )
-        >>> metric = MulticlassAveragePrecision(num_classes=3)
-        >>> metric(preds, target)
-        tensor(0.9444)
-    """
-
-
-@_task_doc
-class MultilabelAveragePrecision(_MultilabelCurve, AveragePrecision):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MultilabelAveragePrecision
-        >>> preds, target = (
-        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-        ... )
-        >>> metric = MultilabelAveragePrecision(num_labels=2)
-        >>> metric(preds, target)
-        tensor(0.9167)
-    """
+# the legend of a value per class or per label, as torchmetrics names it ("Class 0", "Label 0", ...)
+_LEGENDS: dict[type, str] = {
+    **dict.fromkeys(
+        (MulticlassAccuracy, MulticlassPrecision, MulticlassRecall, MulticlassF1Score, MulticlassSpecificity), "Class"
+    ),
+    **dict.fromkeys(
+        (MultilabelAccuracy, MultilabelPrecision, MultilabelRecall, MultilabelF1Score, MultilabelSpecificity), "Label"
+    ),
+}
+for _cls, _legend in _LEGENDS.items():
+    _cls.plot_legend_name = _legend  # type: ignore[attr-defined]
+del _cls, _legend

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from torchmetrics_diff.distributed._failure import CollectiveError
+from torchmetrics_diff.distributed._failure import backend_error
 from torchmetrics_diff.distributed._reductions import wire_view
 
 Group = Optional[Any]  # a ``ProcessGroup`` or ``None`` for the default (WORLD) group
@@ -166,7 +166,7 @@ def all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -
     try:
         _wait(_all_gather_flat(out, inp, group=group, async_op=True), inp)
     except RuntimeError as err:
-        raise CollectiveError(f"all_gather failed: {err}") from err
+        raise backend_error("all_gather", err) from err
 
 
 def reduce_scatter_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:
@@ -174,7 +174,7 @@ def reduce_scatter_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = Non
     try:
         _wait(_reduce_scatter_flat(out, inp, op=dist.ReduceOp.SUM, group=group, async_op=True), inp)
     except RuntimeError as err:
-        raise CollectiveError(f"reduce_scatter failed: {err}") from err
+        raise backend_error("reduce_scatter", err) from err
 
 
 def all_reduce_(tensor: torch.Tensor, op: str, group: Group = None) -> None:
@@ -182,4 +182,4 @@ def all_reduce_(tensor: torch.Tensor, op: str, group: Group = None) -> None:
     try:
         _wait(dist.all_reduce(tensor, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]), group=group, async_op=True), tensor)
     except RuntimeError as err:
-        raise CollectiveError(f"all_reduce failed: {err}") from err
+        raise backend_error("all_reduce", err) from err

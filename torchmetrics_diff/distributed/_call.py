@@ -52,7 +52,7 @@ import torch.distributed as dist
 
 from torchmetrics_diff.distributed import _hosts
 from torchmetrics_diff.distributed._backend import Group
-from torchmetrics_diff.distributed._failure import peers_failed
+from torchmetrics_diff.distributed._failure import RUNNING, RanksDisagreeError, peers_failed
 from torchmetrics_diff.distributed._hosts import Host, make_host
 
 #: int64 per rank in every header exchange: the same for every call, so ranks in different calls still meet
@@ -458,7 +458,7 @@ def exchange(
     """
     if len(payload) > PAYLOAD:
         raise ValueError(f"a call header carries at most {PAYLOAD} ints; got {len(payload)}")
-    name = call_name(op)
+    name = RUNNING.call = call_name(op)  # (a backend error in this call's collectives is named by it)
     state = _state(group)
     seq, named = state.next_count(name)
     if count is None:
@@ -539,7 +539,7 @@ def _full(
     return [h[_FIXED : _FIXED + h[4]] for h in rows]
 
 
-def _different_calls(rows: list[list[int]], labels: Sequence[str]) -> RuntimeError:
+def _different_calls(rows: list[list[int]], labels: Sequence[str]) -> RanksDisagreeError:
     parts = []
     for label, h in zip(labels, rows):
         if h[0] != _MAGIC:
@@ -547,7 +547,7 @@ def _different_calls(rows: list[list[int]], labels: Sequence[str]) -> RuntimeErr
         else:
             call, count, seq = _decode(h[6:_FIXED]), _ordinal(h[2] + 1), h[1] + 1
             parts.append(f"{label}: {call!r} (the object's {count} such call; call {seq} on the group)")
-    return RuntimeError(
+    return RanksDisagreeError(
         "ranks are in different calls: " + "; ".join(parts) + ". Every rank must make the same calls that "
         "communicate, in the same order (the same number of update/forward/compute calls of each metric and loss)"
     )

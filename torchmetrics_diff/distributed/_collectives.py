@@ -27,9 +27,9 @@ from torchmetrics_diff.distributed._backend import (
     group_rank,
     group_size,
 )
-from torchmetrics_diff.distributed._call import derived, exchange, inline_buffers, inline_capacity
+from torchmetrics_diff.distributed._call import call_name, derived, exchange, inline_buffers, inline_capacity
 from torchmetrics_diff.distributed._compile import outside_graph
-from torchmetrics_diff.distributed._failure import fail_on_every_rank
+from torchmetrics_diff.distributed._failure import RanksDisagreeError, fail_on_every_rank
 
 GRAD_MODES = ("none", "local", "sync")  #: the accepted values of the collectives' ``grad`` argument
 REDUCE_OPS = _reductions.ELEMENTWISE  #: the accepted values of :func:`all_reduce`'s ``op``
@@ -202,7 +202,8 @@ def _check_agree(
     if any(v != values[0] for v in values):
         names = labels()
         listing = ", ".join(f"{names[r]}: {v}" for r, v in enumerate(values))
-        raise RuntimeError(f"{fn}: ranks disagree on {what} ({listing})")
+        # named by the entry point too (``"CLIPLoss.forward: gather_all_tensors"``): whose inputs disagree
+        raise RanksDisagreeError(f"{call_name(fn)}: ranks disagree on {what} ({listing})")
 
 
 def fail_together(error: Exception, group: Group = None, device: torch.device | None = None) -> None:

@@ -9,11 +9,16 @@ The vocabulary (:ref:`architecture-failures`):
   No rank is left waiting. :func:`fail_together` (the collectives of ``_collectives``) and :func:`fail_sync` (the
   sync engine) are the two entry points. (A plan's key is never :data:`FAILED`, so a key in a sync's header can
   never be read as the marker.)
-- A :class:`CollectiveError` is the collective itself failing (a timeout, a dead peer, a backend error), not a
-  check of ours; the sync engine re-raises it as a ``RuntimeError`` naming the owner and the states
-  (:func:`collective_failed`).
-- A disagreement between ranks (names, dtypes, shapes) is found from data every rank holds, so every rank raises
-  the same ``RuntimeError`` without any marker.
+- A :class:`CollectiveError` is the collective itself failing (a timeout, a backend error), not a check of ours;
+  a peer whose process exited or lost its connection is a :class:`PeerLeftError`, named from the backend's
+  connection error by :func:`backend_error`. The sync engine re-raises either as the same class, naming the owner
+  and the states (:func:`collective_failed`).
+- A disagreement between ranks (names, dtypes, shapes, calls) is found from data every rank holds, so every rank
+  raises the same :class:`RanksDisagreeError` without any marker.
+
+The exception classes are defined here, the bottom of the package, so that every layer can raise them; the
+package exports them from :mod:`torchmetrics_diff.exceptions` (their ``__module__``). All of them are
+``RuntimeError`` subclasses: ``except RuntimeError`` keeps catching what it caught before.
 
 Knows integers and messages, nothing of tensors or groups.
 """
@@ -28,8 +33,112 @@ from typing import Any, Callable, NoReturn
 FAILED = -1
 
 
-class CollectiveError(RuntimeError):
-    """A collective itself failed: a timeout, a peer that died, a backend error (not a check of ours)."""
+_PUBLIC = "torchmetrics_diff.exceptions"  # where users import the classes from (and how they print and pickle)
+
+
+class DistributedError(RuntimeError):
+    """A call that communicates failed because of the other ranks or the connection to them.
+
+    The base of :class:`CollectiveError` (and :class:`PeerLeftError`), :class:`PeerFailedError` and
+    :class:`RanksDisagreeError`. Raised on every rank of the call alike, except where the backend itself fails (a
+    timeout, a peer that left), which each rank sees on its own.
+    """
+
+    __module__ = _PUBLIC
+
+
+class CollectiveError(DistributedError):
+    """A collective itself failed: a timeout, a backend error (not a check of the package).
+
+    A peer that left (its process exited or its connection broke) is the subclass :class:`PeerLeftError`.
+    """
+
+    __module__ = _PUBLIC
+
+
+class PeerLeftError(CollectiveError):
+    """A peer left during a call: its process exited or lost its connection, and the backend said so.
+
+    Attributes:
+        call: the call that was running (``"CLIPLoss.forward: gather_all_tensors"``, ``"SumMetric.sync"``), or
+            ``""`` when not known.
+        rank: the peer's rank in the call's group when the backend's error tells it, else ``None`` (the message
+            then says "a peer").
+        detail: the backend's own text, which ends the message.
+    """
+
+    __module__ = _PUBLIC
+
+    def __init__(self, message: str, *, call: str = "", rank: int | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.call, self.rank, self.detail = call, rank, detail
+
+
+class PeerFailedError(DistributedError):
+    """A peer raised an error of its own before the call communicated (a bad input, an exception in ``update``)
+    and joined the call only to say so: this rank raises this error, the peer its own.
+
+    Attributes:
+        ranks: the peers that failed (rank numbers, or labels such as ``"rank 1 (global 3)"``).
+    """
+
+    __module__ = _PUBLIC
+
+    def __init__(self, message: str, *, ranks: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.ranks = list(ranks)
+
+
+class RanksDisagreeError(DistributedError):
+    """The ranks disagree on what the call needs alike (states, dtypes, shapes, widths, grad modes) or are in
+    different calls. Found from the metadata every rank holds, so every rank raises the same error; the ranks
+    are still in step afterwards."""
+
+    __module__ = _PUBLIC
+
+
+class _Running:
+    """The name of the call whose collectives run now (``"CLIPLoss.forward: gather_all_tensors"``): set by each
+    call's header exchange (its first collective), so a backend error in the call's later collectives is named
+    by it too."""
+
+    call = ""
+
+
+#: the call running now (see :class:`_Running`)
+RUNNING = _Running()
+
+# what gloo (and the TCP stack under it) says when the process at the other end of a connection went away
+_LEFT = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "Connection refused",
+    "Socket closed",
+    "connection closed",
+    "Connection reset",
+)
+
+
+def backend_error(op: str, err: BaseException, peer: int | None = None) -> CollectiveError:
+    """The error to raise for the backend's ``err`` in collective ``op`` (``"all_gather"``) of the running call.
+
+    A connection error (the peer's process exited, or its connection broke) is a :class:`PeerLeftError` naming
+    the call and, when known, the peer (``peer``: a point-to-point exchange's partner); any other error (a timeout,
+    say) a :class:`CollectiveError` ``"{op} failed: {err}"``.
+    """
+    text = str(err)
+    if not any(marker in text for marker in _LEFT):
+        return CollectiveError(f"{op} failed: {text}")
+    call, detail = RUNNING.call or op, text.strip()
+    return PeerLeftError(_left(call, peer, detail), call=call, rank=peer, detail=detail)
+
+
+def _left(call: str, rank: int | None, detail: str, doing: str = "") -> str:
+    """``"rank 2 left during 'SumMetric.sync' (doing): its process exited or lost its connection (gloo: ...)"``."""
+    who = "a peer" if rank is None else f"rank {rank}"
+    doing = f" ({doing})" if doing else ""
+    return f"{who} left during {call!r}{doing}: its process exited or lost its connection (gloo: {detail})"
 
 
 def failed_ranks(firsts: Sequence[int]) -> list[int]:
@@ -37,7 +146,7 @@ def failed_ranks(firsts: Sequence[int]) -> list[int]:
     return [r for r, first in enumerate(firsts) if first == FAILED]
 
 
-def peers_failed(who: str, ranks: Sequence[Any], *, sync: bool) -> RuntimeError:
+def peers_failed(who: str, ranks: Sequence[Any], *, sync: bool) -> PeerFailedError:
     """The error a rank raises when peers joined its collective with the failure marker.
 
     Args:
@@ -47,15 +156,24 @@ def peers_failed(who: str, ranks: Sequence[Any], *, sync: bool) -> RuntimeError:
             users and tests know.
     """
     if sync:
-        return RuntimeError(
-            f"{who}: rank(s) {list(ranks)} raised an error before syncing (see their message); not syncing"
+        return PeerFailedError(
+            f"{who}: rank(s) {list(ranks)} raised an error before syncing (see their message); not syncing",
+            ranks=ranks,
         )
-    return RuntimeError(f"{who}: {', '.join(ranks)} raised an error before this collective; see its message")
+    return PeerFailedError(
+        f"{who}: {', '.join(ranks)} raised an error before this collective; see its message", ranks=ranks
+    )
 
 
-def collective_failed(err: CollectiveError, owner: str, names: Any, world: int) -> RuntimeError:
-    """A collective that failed while syncing states, as an error naming the metric and the states synced."""
-    return RuntimeError(f"{owner}: a collective failed while syncing states {list(names)} over {world} ranks: {err}")
+def collective_failed(err: CollectiveError, owner: str, names: Any, world: int) -> CollectiveError:
+    """A collective that failed while syncing states, as an error of the same class (a :class:`PeerLeftError`
+    keeps its call, rank and detail) naming the metric and the states synced."""
+    if isinstance(err, PeerLeftError):  # the departure first, the backend's text last
+        doing = f"syncing states {list(names)} over {world} ranks"
+        return PeerLeftError(
+            _left(err.call, err.rank, err.detail, doing), call=err.call, rank=err.rank, detail=err.detail
+        )
+    return type(err)(f"{owner}: a collective failed while syncing states {list(names)} over {world} ranks: {err}")
 
 
 def fail_on_every_rank(problem: BaseException, world: int, join: Callable[[], object]) -> NoReturn:

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from torchmetrics_diff.distributed._backend import _wait as wait
-from torchmetrics_diff.distributed._failure import CollectiveError
+from torchmetrics_diff.distributed._failure import backend_error
 
 _PREFIX = "torchmetrics_diff/host/"
 _TAG = 0x7444  # the point-to-point tag of the fingerprint's rounds
@@ -109,7 +109,7 @@ def all_gather(host: Host, out: torch.Tensor, inp: torch.Tensor) -> None:
     try:
         wait(host.channel._allgather_base(out, inp), inp)
     except RuntimeError as err:
-        raise CollectiveError(f"all_gather failed: {err}") from err
+        raise backend_error("all_gather", err) from err
 
 
 def max_reduce(host: Host, buf: torch.Tensor) -> None:
@@ -128,13 +128,16 @@ def max_reduce(host: Host, buf: torch.Tensor) -> None:
     theirs, mine = scratch[1], scratch[3]
     scratch = scratch[0]
     low = 1 << (size.bit_length() - 1)  # the largest power of two <= size
+    peer = -1  # the partner of the exchange under way (named when its connection breaks)
     try:
         if rank >= low:  # an extra rank: its partner folds it in, then sends the result back
-            _send(host, buf, rank - low)
-            _recv(host, buf, rank - low)
+            peer = rank - low
+            _send(host, buf, peer)
+            _recv(host, buf, peer)
             return
         if rank + low < size:
-            _recv(host, scratch, rank + low)
+            peer = rank + low
+            _recv(host, scratch, peer)
             np.maximum(mine, theirs, out=mine)
         mask, send, recv, outgoing, incoming = 1, host.channel.send, host.channel.recv, [buf], [scratch]
         while mask < low:
@@ -145,9 +148,10 @@ def max_reduce(host: Host, buf: torch.Tensor) -> None:
             np.maximum(mine, theirs, out=mine)
             mask <<= 1
         if rank + low < size:
-            _send(host, buf, rank + low)
+            peer = rank + low
+            _send(host, buf, peer)
     except RuntimeError as err:
-        raise CollectiveError(f"fingerprint exchange failed: {err}") from err
+        raise backend_error("fingerprint exchange", err, peer if peer >= 0 else None) from err
 
 
 def _send(host: Host, buf: torch.Tensor, peer: int) -> None:

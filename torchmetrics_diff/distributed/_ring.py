@@ -30,7 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from torchmetrics_diff.distributed._backend import CollectiveError, Group, group_rank, group_size
+from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
+from torchmetrics_diff.distributed._failure import backend_error
 
 _BLOCK_TAG, _ACC_TAG = 17, 18  # blocks and accumulators are matched in their own order
 
@@ -46,7 +47,7 @@ class _Pending:
             for work in self._works:
                 work.wait()
         except RuntimeError as err:
-            raise CollectiveError(f"ring exchange failed: {err}") from err
+            raise backend_error("ring exchange", err) from err
         self._works, self._keep = [], ()
         return self._received
 
@@ -76,7 +77,7 @@ class Ring:
         try:
             works = [w for w in dist.batch_isend_irecv(ops) if w is not None] if ops else []
         except RuntimeError as err:
-            raise CollectiveError(f"ring exchange failed: {err}") from err
+            raise backend_error("ring exchange", err) from err
         return _Pending(works, list(receives), sends)
 
 

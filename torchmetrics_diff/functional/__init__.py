@@ -5,16 +5,25 @@ yourself); ``*_block`` forms score a block of rows; ``global_*`` forms take each
 global-batch loss with the gradient contract (``strategy="replicated" | "sharded" | "ring"``, :data:`STRATEGIES`).
 ``clip_sum`` is the one-pass CLIP kernel (each logit computed once, across ranks) that ``global_clip_loss`` runs.
 
+This package is the functional layer: its modules import nothing of the package outside ``functional/``
+(:ref:`architecture-layers`). The names that communicate — the ``global_*`` functions, ``clip_sum``,
+``dino_center_update``, ``global_rows_loss`` and :data:`STRATEGIES` — live one layer up, in
+``torchmetrics_diff._global``, above ``distributed``; this module offers them too, resolved on first use
+(``__getattr__`` below), and type checkers see them through its ``TYPE_CHECKING`` import.
+
 Inside, one job per module: ``_checks`` (validation, dtypes, counts, scales), ``_contrastive`` (CLIP, InfoNCE,
 SupCon, SigLIP: block and whole-batch forms), ``_normalized`` (weighted mean, token cross-entropy),
-``_barlow_twins``, ``_vicreg``, ``_dino`` (the teacher center's update), ``_moe`` (the Mixture-of-Experts router
-losses), ``_kernels`` (the fused autograd kernels, free of communication), ``_strategy`` (the strategies,
-their checks, the replicated and sharded runs), ``_ring`` (the ring kernels) and ``_global`` (the ``global_*``
-functions); the everyday metrics' maths in ``_classification`` (with ``_curves`` for AUROC and average precision and
-``_classification_tasks`` for the task forms), ``_regression``, ``_retrieval`` and ``_text``.
+``_barlow_twins``, ``_vicreg``, ``_dino`` (the teacher center's maths), ``_moe`` (the Mixture-of-Experts router
+losses), ``_kernels`` (the fused autograd kernels, free of communication); the everyday metrics' maths in
+``_classification`` (the tasks' inputs and stat scores), ``_classification_scores`` (the scores reduced from them),
+``_confusion_matrix``, ``_curves`` and ``_curve_functions`` (AUROC and average precision),
+``_classification_tasks`` (the task forms), ``_regression``, ``_correlation`` and ``_similarity`` (regression),
+``_retrieval`` and ``_text``.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from torchmetrics_diff.functional._barlow_twins import (
     BarlowTwinsStats,
@@ -22,16 +31,8 @@ from torchmetrics_diff.functional._barlow_twins import (
     barlow_twins_loss,
     barlow_twins_stats,
 )
-from torchmetrics_diff.functional._classification import (
-    StatScores,
-    accuracy,
-    confusion_matrix,
-    f1_score,
-    precision,
-    recall,
-    specificity,
-    stat_scores,
-)
+from torchmetrics_diff.functional._classification import StatScores, stat_scores
+from torchmetrics_diff.functional._classification_scores import accuracy, f1_score, precision, recall, specificity
 from torchmetrics_diff.functional._classification_tasks import (
     binary_accuracy,
     binary_confusion_matrix,
@@ -55,6 +56,7 @@ from torchmetrics_diff.functional._classification_tasks import (
     multilabel_specificity,
     multilabel_stat_scores,
 )
+from torchmetrics_diff.functional._confusion_matrix import confusion_matrix
 from torchmetrics_diff.functional._contrastive import (
     clip_block,
     clip_loss,
@@ -65,7 +67,8 @@ from torchmetrics_diff.functional._contrastive import (
     supcon_block,
     supcon_loss,
 )
-from torchmetrics_diff.functional._curves import (
+from torchmetrics_diff.functional._correlation import explained_variance, pearson_corrcoef, r2_score, spearman_corrcoef
+from torchmetrics_diff.functional._curve_functions import (
     auroc,
     average_precision,
     binary_auroc,
@@ -75,22 +78,9 @@ from torchmetrics_diff.functional._curves import (
     multilabel_auroc,
     multilabel_average_precision,
 )
-from torchmetrics_diff.functional._dino import dino_center_update
-from torchmetrics_diff.functional._global import (
-    clip_sum,
-    global_barlow_twins_loss,
-    global_clip_loss,
-    global_info_nce_loss,
-    global_siglip_loss,
-    global_supcon_loss,
-    global_token_cross_entropy,
-    global_weighted_mean,
-)
 from torchmetrics_diff.functional._moe import (
     LoadBalancingStats,
     expert_load,
-    global_load_balancing_loss,
-    global_router_z_loss,
     load_balancing_from_stats,
     load_balancing_loss,
     load_balancing_stats,
@@ -104,15 +94,9 @@ from torchmetrics_diff.functional._normalized import (
     weighted_mean_block,
 )
 from torchmetrics_diff.functional._regression import (
-    cosine_similarity,
-    explained_variance,
-    kl_divergence,
     mean_absolute_error,
     mean_absolute_percentage_error,
     mean_squared_error,
-    pearson_corrcoef,
-    r2_score,
-    spearman_corrcoef,
     symmetric_mean_absolute_percentage_error,
 )
 from torchmetrics_diff.functional._retrieval import (
@@ -124,18 +108,77 @@ from torchmetrics_diff.functional._retrieval import (
     retrieval_ranks,
     retrieval_recall_at_k,
 )
-from torchmetrics_diff.functional._strategy import STRATEGIES, global_rows_loss
+from torchmetrics_diff.functional._similarity import cosine_similarity, kl_divergence
 from torchmetrics_diff.functional._text import perplexity
 from torchmetrics_diff.functional._vicreg import (
     VICRegStats,
     VICRegTerms,
-    global_vicreg_loss,
-    global_vicreg_stats,
     vicreg_from_stats,
     vicreg_loss,
     vicreg_stats,
     vicreg_terms,
 )
+
+if TYPE_CHECKING:  # what type checkers see; at run time ``__getattr__`` resolves these names on first use
+    from torchmetrics_diff._global import (
+        STRATEGIES,
+        clip_sum,
+        dino_center_update,
+        global_barlow_twins_loss,
+        global_clip_loss,
+        global_info_nce_loss,
+        global_load_balancing_loss,
+        global_router_z_loss,
+        global_rows_loss,
+        global_siglip_loss,
+        global_supcon_loss,
+        global_token_cross_entropy,
+        global_vicreg_loss,
+        global_vicreg_stats,
+        global_weighted_mean,
+    )
+
+#: the names of the global layer (``torchmetrics_diff._global.__all__``) offered here, resolved on first use
+_GLOBAL_NAMES = frozenset(
+    {
+        "STRATEGIES",
+        "clip_sum",
+        "dino_center_update",
+        "global_barlow_twins_loss",
+        "global_clip_loss",
+        "global_info_nce_loss",
+        "global_load_balancing_loss",
+        "global_router_z_loss",
+        "global_rows_loss",
+        "global_siglip_loss",
+        "global_supcon_loss",
+        "global_token_cross_entropy",
+        "global_vicreg_loss",
+        "global_vicreg_stats",
+        "global_weighted_mean",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    """A name of the global layer, imported from ``torchmetrics_diff._global`` on first use (PEP 562).
+
+    The one import of ``functional/`` from outside it, and a lazy one: importing ``functional`` loads nothing of
+    the layers above (:ref:`architecture-layers`). The object is kept in this module, so that later look-ups are
+    plain attribute reads; ``from torchmetrics_diff.functional import *`` resolves them through ``__all__``.
+    """
+    if name in _GLOBAL_NAMES:
+        from torchmetrics_diff import _global
+
+        value = getattr(_global, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _GLOBAL_NAMES)
+
 
 __all__ = [
     "STRATEGIES",

@@ -1,8 +1,9 @@
 """The rules the functions of :mod:`torchmetrics_diff.functional` share: input validation, dtypes, counts, scales.
 
 Each rule is written once here and asked for by the loss families (``_contrastive``, ``_normalized``,
-``_barlow_twins``), the fused kernels (``_kernels``), the strategies (``_strategy``, ``_ring``, ``_global``) and
-the everyday metrics (``_classification``, ``_regression``, ``_retrieval``, ``_text``).
+``_barlow_twins``, ...), the fused kernels (``_kernels``), the everyday metrics (``_classification``,
+``_regression``, ``_retrieval``, ``_text``, ...) and, one layer up, the global layer (``torchmetrics_diff._global``:
+the strategies, the ring kernels and the ``global_*`` functions).
 Validators raise a ``ValueError`` that names the argument, what it must be and what it is.
 
 Sums and counts are accumulated in at least float32 (:func:`acc_dtype`: half-precision counts are not exact
@@ -27,10 +28,15 @@ from typing import Any, Callable, Union
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed._compile import compiling
+from torchmetrics_diff.functional._errors import ShapeMismatchError
 
 #: a number or a one-element tensor (a logit scale, a temperature, a bias)
 Scalar = Union[Tensor, float]
+
+#: ``True`` while Dynamo traces, ``False`` in eager mode: ``torch.compiler.is_compiling`` where torch has it. The
+#: functional layer's own copy of ``distributed._compile.compiling`` (the same function), so that it imports nothing
+#: of the package outside ``functional/`` (:ref:`architecture-layers`).
+compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", lambda: False)
 
 
 def _shape(x: Tensor) -> tuple[int, ...]:
@@ -81,7 +87,7 @@ def check_float_tensor(name: str, x: object, ndim: int | tuple[int, ...] | None,
 def check_same_shape(name: str, x: Tensor, ref_name: str, ref: Tensor) -> None:
     """Raise unless ``x`` has the shape of ``ref``."""
     if x.shape != ref.shape:
-        raise ValueError(f"`{name}` must have the same shape as `{ref_name}` {_shape(ref)}; got {_shape(x)}")
+        raise ShapeMismatchError(f"`{name}` must have the same shape as `{ref_name}` {_shape(ref)}; got {_shape(x)}")
 
 
 def check_views(first_name: str, first: Tensor, second_name: str, second: Tensor) -> None:
@@ -93,7 +99,7 @@ def check_views(first_name: str, first: Tensor, second_name: str, second: Tensor
 def check_trailing(name: str, x: Tensor, ref_name: str, ref: Tensor) -> None:
     """Raise unless ``x`` and ``ref`` agree in every dimension but the first (the rows)."""
     if x.shape[1:] != ref.shape[1:]:
-        raise ValueError(
+        raise ShapeMismatchError(
             f"`{name}` must have the same trailing shape as `{ref_name}` {_shape(ref)[1:]}; got {_shape(x)[1:]}"
         )
 

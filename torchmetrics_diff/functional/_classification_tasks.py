@@ -10,13 +10,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from torchmetrics_diff.functional._classification import (
-    _score,
-    check_task_args,
-    confusion_matrix,
-    stack_stat_scores,
-    stat_scores,
-)
+from torchmetrics_diff.functional._classification import check_task_args, stat_scores
 from torchmetrics_diff.functional._classification_docs import (
     ARGS,
     INPUTS,
@@ -26,6 +20,8 @@ from torchmetrics_diff.functional._classification_docs import (
     section,
     task_of,
 )
+from torchmetrics_diff.functional._classification_scores import _score, stack_stat_scores
+from torchmetrics_diff.functional._confusion_matrix import confusion_matrix
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

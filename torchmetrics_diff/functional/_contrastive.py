@@ -10,9 +10,9 @@ Every loss comes in two forms, side by side:
 
 Summing the block sums of a partition of the rows and dividing by the summed counts gives the
 full-batch value and, by linearity, the full-batch gradient. This is what the strategies rely on
-(:mod:`._strategy`, :mod:`._global`): they gather the global candidates and call the block form with their
-own rows. Nothing here talks to ``torch.distributed``; the logit blocks are scored by the fused kernels of
-:mod:`._kernels`.
+(``torchmetrics_diff._global``: ``strategy``, ``contrastive``): they gather the global candidates and call the
+block form with their own rows. Nothing here talks to ``torch.distributed``; the logit blocks are scored by the
+fused kernels of :mod:`._kernels`.
 
 Sums and counts are accumulated in at least float32; a full-batch loss whose count is zero is ``0`` with a
 zero gradient, never ``NaN``.

@@ -1,5 +1,6 @@
-"""Exact ranking metrics of the classification tasks: AUROC and average precision, binary, multiclass (one class
-against the rest) and multilabel (one label at a time), from the scores themselves, never from thresholds.
+"""Exact ranking metrics of the classification tasks, their arguments and maths: AUROC and average precision,
+binary, multiclass (one class against the rest) and multilabel (one label at a time), from the scores themselves,
+never from thresholds. The public functions are in ``_curve_functions``.
 
 Both come from one sort per column and two binary searches (the ranks of tied scores), so every shape is the
 input's:
@@ -23,15 +24,14 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.distributed._compile import compiling
-from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int
+from torchmetrics_diff.functional._checks import check_ignore_index, check_positive_int, compiling
 from torchmetrics_diff.functional._classification import (
     TASKS,
     _check_labels,
     _check_pair,
-    binary_auroc_exact,
     binary_auroc_inputs,
 )
+from torchmetrics_diff.functional._errors import ShapeMismatchError
 
 CURVE_AVERAGES = ("macro", "weighted", "none", None)
 MULTILABEL_CURVE_AVERAGES = ("micro", "macro", "weighted", "none", None)
@@ -115,7 +115,7 @@ def curve_inputs(
             f"{tuple(preds.shape)}"
         )
     if multiclass and preds.shape[:1] + preds.shape[2:] != target.shape:
-        raise ValueError(
+        raise ShapeMismatchError(
             f"`preds` (N, C, ...) must match `target` (N, ...) outside dim 1; got preds {tuple(preds.shape)} and "
             f"target {tuple(target.shape)}"
         )
@@ -179,6 +179,38 @@ def _warn_undefined(values: torch.Tensor, curve: str, what: str) -> None:
         )
 
 
+def binary_auroc_exact(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Area under the ROC curve of 1-D scores: the Mann-Whitney statistic with tied scores sharing their mean
+    rank, which equals the trapezoidal area under the exact ROC curve. 0 (with a warning) without positives or
+    without negatives, like torchmetrics.
+
+    The ranks come from one sort and two binary searches (a score's mean rank among its ties is the mean of the
+    first and last positions its value holds in the sorted scores): every shape is the input's, nothing is read
+    on the host but the warning's counts, so ``torch.compile`` traces it in one graph (there, without the
+    warning).
+    """
+    dtype = torch.get_default_dtype()
+    positive = target == 1
+    positives = positive.sum().to(torch.float64)
+    negatives = target.numel() - positives
+    if not compiling() and not bool(positives * negatives):
+        warnings.warn(
+            f"AUROC is undefined with {int(positives)} positive and {int(negatives)} negative targets; returning 0",
+            UserWarning,
+            stacklevel=2,
+        )
+        return torch.zeros((), dtype=dtype, device=scores.device)
+    scores = scores.detach()
+    ordered = scores.sort().values
+    below = torch.searchsorted(ordered, scores)  # scores ranked strictly below
+    through = torch.searchsorted(ordered, scores, right=True)  # ... below or tied
+    mean_rank = (below + through + 1).to(torch.float64) / 2  # 1-based mean rank of the score's ties
+    rank_sum = torch.where(positive, mean_rank, 0.0).sum()
+    pairs = positives * negatives
+    auc = (rank_sum - positives * (positives + 1) / 2) / torch.where(pairs > 0, pairs, 1.0)
+    return torch.where(pairs > 0, auc, 0.0).to(dtype)
+
+
 def _binary(scores: torch.Tensor, target: torch.Tensor, curve: str) -> torch.Tensor:
     if curve == "auroc":
         return binary_auroc_exact(scores, target)
@@ -239,329 +271,3 @@ def _curve(
     size = check_curve_args(task, num_classes, num_labels, average, thresholds, ignore_index, max_fpr)
     scores, labels = curve_inputs(preds, target, task, size, ignore_index, validate_args)
     return curve_score(scores, labels, task, size, average, curve)
-
-
-# ------------------------------------------------------------------------------------------ public functions
-def auroc(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    task: str = "binary",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-    num_classes: int | None = None,
-    num_labels: int | None = None,
-    average: str | None = "macro",
-    thresholds: Any = None,
-    max_fpr: Any = None,
-) -> torch.Tensor:
-    """Exact area under the ROC curve of a batch: binary, multiclass (each class against the rest) or multilabel.
-
-    The Mann-Whitney statistic, with tied scores sharing their mean rank: it equals the trapezoidal area under the
-    exact ROC curve (no binning). The functional form of :class:`~torchmetrics_diff.AUROC`; no collective. The
-    first five arguments keep this package's earlier order; pass the others by keyword.
-
-    Args:
-        preds: floating scores: ``(N, ...)`` binary, ``(N, C, ...)`` multiclass, ``(N, L, ...)`` multilabel;
-            probabilities, or logits (a sigmoid, or for multiclass a softmax over dim 1, when some value lies
-            outside ``[0, 1]``).
-        target: integer labels: ``(N, ...)`` in ``{0, 1}`` (binary) or ``[0, C)`` (multiclass), ``(N, L, ...)``
-            in ``{0, 1}`` (multilabel); entries equal to ``ignore_index`` are allowed.
-        task: ``"binary"`` (default), ``"multiclass"`` or ``"multilabel"``.
-        ignore_index: target entries equal to it are left out (a whole row for multiclass, one entry for
-            multilabel). Default ``None``.
-        validate_args: check that the targets lie in their range. Default ``True``.
-        num_classes: ``C``, required for multiclass. Default ``None``.
-        num_labels: ``L``, required for multilabel. Default ``None``.
-        average: ``"macro"`` (default: mean over classes or labels), ``"weighted"`` (weighted by the number of
-            positives), ``"none"``/``None`` (one value each), and for multilabel ``"micro"`` (every entry as one
-            binary task). Ignored for binary.
-        thresholds: only ``None`` (exact; binned thresholds are not implemented). Default ``None``.
-        max_fpr: only ``None`` (the partial AUROC is not implemented). Default ``None``.
-
-    Returns:
-        A tensor in the default dtype (float32), without gradient: 0-d, or ``(C,)``/``(L,)`` with
-        ``average="none"``. A class or label without a positive or without a negative scores 0, with a
-        ``UserWarning`` (torchmetrics' value).
-
-    Raises:
-        ValueError: an unknown ``task`` or ``average``, a missing ``num_classes``/``num_labels``, ``thresholds``
-            or ``max_fpr`` given, integer ``preds``, mismatched shapes, or (with ``validate_args``) targets out of
-            range.
-
-    Example:
-        >>> import torch
-        >>> auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
-        tensor(0.7500)
-        >>> scores = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]])
-        >>> auroc(scores, torch.tensor([0, 1, 2, 1]), task="multiclass", num_classes=3, average="none")
-        tensor([1.0000, 0.8750, 1.0000])
-    """
-    args = (task, num_classes, num_labels, average, thresholds, ignore_index, validate_args, max_fpr)
-    return _curve("auroc", preds, target, *args)
-
-
-def average_precision(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    task: str,
-    thresholds: Any = None,
-    num_classes: int | None = None,
-    num_labels: int | None = None,
-    average: str | None = "macro",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """Exact average precision of a batch: binary, multiclass (each class against the rest) or multilabel.
-
-    ``sum_k (R_k - R_{k-1}) P_k`` over every distinct score taken as a threshold, as torchmetrics computes it
-    without ``thresholds``. The functional form of :class:`~torchmetrics_diff.AveragePrecision`; no collective.
-    Arguments in torchmetrics' order.
-
-    Args:
-        preds: floating scores: ``(N, ...)`` binary, ``(N, C, ...)`` multiclass, ``(N, L, ...)`` multilabel;
-            probabilities, or logits (a sigmoid, or for multiclass a softmax over dim 1, when some value lies
-            outside ``[0, 1]``).
-        target: integer labels: ``(N, ...)`` in ``{0, 1}`` (binary) or ``[0, C)`` (multiclass), ``(N, L, ...)``
-            in ``{0, 1}`` (multilabel); entries equal to ``ignore_index`` are allowed.
-        task: ``"binary"``, ``"multiclass"`` or ``"multilabel"``.
-        thresholds: only ``None`` (exact; binned thresholds are not implemented). Default ``None``.
-        num_classes: ``C``, required for multiclass. Default ``None``.
-        num_labels: ``L``, required for multilabel. Default ``None``.
-        average: ``"macro"`` (default), ``"weighted"`` (by the number of positives), ``"none"``/``None``, and for
-            multilabel ``"micro"``. Ignored for binary.
-        ignore_index: target entries equal to it are left out. Default ``None``.
-        validate_args: check that the targets lie in their range. Default ``True``.
-
-    Returns:
-        A tensor in the default dtype (float32), without gradient: 0-d, or ``(C,)``/``(L,)`` with
-        ``average="none"``. Without a positive target the value is 0 (binary, and a multilabel label) or NaN (a
-        multiclass class, left out of the ``macro`` and ``weighted`` means), with a ``UserWarning``, as
-        torchmetrics.
-
-    Raises:
-        ValueError: an unknown ``task`` or ``average``, a missing ``num_classes``/``num_labels``, ``thresholds``
-            given, integer ``preds``, mismatched shapes, or (with ``validate_args``) targets out of range.
-
-    Example:
-        >>> import torch
-        >>> average_precision(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]), task="binary")
-        tensor(0.8333)
-    """
-    args = (task, num_classes, num_labels, average, thresholds, ignore_index, validate_args)
-    return _curve("average_precision", preds, target, *args)
-
-
-def binary_auroc(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    max_fpr: Any = None,
-    thresholds: Any = None,
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """:func:`auroc` with ``task="binary"``, in torchmetrics' argument order.
-
-    Args:
-        preds: floating scores ``(N, ...)``: probabilities, or logits (a sigmoid when some value lies outside
-            ``[0, 1]``).
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        max_fpr: only ``None``. Default ``None``.
-        thresholds: only ``None``. Default ``None``.
-        ignore_index: target entries equal to it are left out. Default ``None``.
-        validate_args: check the targets. Default ``True``.
-
-    Returns:
-        A 0-d tensor in the default dtype.
-
-    Raises:
-        ValueError: as :func:`auroc`.
-
-    Example:
-        >>> import torch
-        >>> binary_auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
-        tensor(0.7500)
-    """
-    return _curve("auroc", preds, target, "binary", None, None, None, thresholds, ignore_index, validate_args, max_fpr)
-
-
-def multiclass_auroc(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_classes: int,
-    average: str | None = "macro",
-    thresholds: Any = None,
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """:func:`auroc` with ``task="multiclass"`` (each class against the rest), in torchmetrics' argument order.
-
-    Args:
-        preds: floating scores ``(N, C, ...)``: probabilities, or logits (a softmax over dim 1 when some value
-            lies outside ``[0, 1]``).
-        target: integer labels ``(N, ...)`` in ``[0, C)``.
-        num_classes: ``C``.
-        average: ``"macro"`` (default), ``"weighted"`` or ``"none"``/``None``.
-        thresholds: only ``None``. Default ``None``.
-        ignore_index: rows whose target equals it are left out. Default ``None``.
-        validate_args: check the targets. Default ``True``.
-
-    Returns:
-        A 0-d tensor in the default dtype, or ``(C,)`` with ``average="none"``.
-
-    Raises:
-        ValueError: as :func:`auroc`.
-
-    Example:
-        >>> import torch
-        >>> scores = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]])
-        >>> multiclass_auroc(scores, torch.tensor([0, 1, 2, 1]), num_classes=3)
-        tensor(0.9583)
-    """
-    args = (num_classes, None, average, thresholds, ignore_index, validate_args)
-    return _curve("auroc", preds, target, "multiclass", *args)
-
-
-def multilabel_auroc(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_labels: int,
-    average: str | None = "macro",
-    thresholds: Any = None,
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """:func:`auroc` with ``task="multilabel"`` (one label at a time), in torchmetrics' argument order.
-
-    Args:
-        preds: floating scores ``(N, L, ...)``: probabilities, or logits (a sigmoid when some value lies outside
-            ``[0, 1]``).
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        num_labels: ``L``.
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        thresholds: only ``None``. Default ``None``.
-        ignore_index: target entries equal to it are left out (per label). Default ``None``.
-        validate_args: check the targets. Default ``True``.
-
-    Returns:
-        A 0-d tensor in the default dtype, or ``(L,)`` with ``average="none"``.
-
-    Raises:
-        ValueError: as :func:`auroc`.
-
-    Example:
-        >>> import torch
-        >>> scores = torch.tensor([[0.9, 0.2], [0.4, 0.7], [0.6, 0.1], [0.2, 0.8]])
-        >>> multilabel_auroc(scores, torch.tensor([[1, 0], [0, 1], [1, 0], [0, 0]]), num_labels=2, average="none")
-        tensor([1.0000, 0.6667])
-    """
-    args = (None, num_labels, average, thresholds, ignore_index, validate_args)
-    return _curve("auroc", preds, target, "multilabel", *args)
-
-
-def binary_average_precision(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    thresholds: Any = None,
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """:func:`average_precision` with ``task="binary"``, in torchmetrics' argument order.
-
-    Args:
-        preds: floating scores ``(N, ...)``: probabilities, or logits (a sigmoid when some value lies outside
-            ``[0, 1]``).
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        thresholds: only ``None``. Default ``None``.
-        ignore_index: target entries equal to it are left out. Default ``None``.
-        validate_args: check the targets. Default ``True``.
-
-    Returns:
-        A 0-d tensor in the default dtype.
-
-    Raises:
-        ValueError: as :func:`average_precision`.
-
-    Example:
-        >>> import torch
-        >>> binary_average_precision(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
-        tensor(0.8333)
-    """
-    args = (None, None, None, thresholds, ignore_index, validate_args)
-    return _curve("average_precision", preds, target, "binary", *args)
-
-
-def multiclass_average_precision(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_classes: int,
-    average: str | None = "macro",
-    thresholds: Any = None,
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """:func:`average_precision` with ``task="multiclass"`` (each class against the rest), in torchmetrics'
-    argument order.
-
-    Args:
-        preds: floating scores ``(N, C, ...)``: probabilities, or logits (a softmax over dim 1 when some value
-            lies outside ``[0, 1]``).
-        target: integer labels ``(N, ...)`` in ``[0, C)``.
-        num_classes: ``C``.
-        average: ``"macro"`` (default), ``"weighted"`` or ``"none"``/``None``.
-        thresholds: only ``None``. Default ``None``.
-        ignore_index: rows whose target equals it are left out. Default ``None``.
-        validate_args: check the targets. Default ``True``.
-
-    Returns:
-        A 0-d tensor in the default dtype, or ``(C,)`` with ``average="none"`` (NaN for a class without a
-        positive).
-
-    Raises:
-        ValueError: as :func:`average_precision`.
-
-    Example:
-        >>> import torch
-        >>> scores = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.3, 0.4]])
-        >>> multiclass_average_precision(scores, torch.tensor([0, 1, 2, 1]), num_classes=3, average="none")
-        tensor([1.0000, 0.8333, 1.0000])
-    """
-    args = (num_classes, None, average, thresholds, ignore_index, validate_args)
-    return _curve("average_precision", preds, target, "multiclass", *args)
-
-
-def multilabel_average_precision(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_labels: int,
-    average: str | None = "macro",
-    thresholds: Any = None,
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """:func:`average_precision` with ``task="multilabel"`` (one label at a time), in torchmetrics' argument
-    order.
-
-    Args:
-        preds: floating scores ``(N, L, ...)``: probabilities, or logits (a sigmoid when some value lies outside
-            ``[0, 1]``).
-        target: integer labels in ``{0, 1}`` of the shape of ``preds``.
-        num_labels: ``L``.
-        average: ``"macro"`` (default), ``"micro"``, ``"weighted"`` or ``"none"``/``None``.
-        thresholds: only ``None``. Default ``None``.
-        ignore_index: target entries equal to it are left out (per label). Default ``None``.
-        validate_args: check the targets. Default ``True``.
-
-    Returns:
-        A 0-d tensor in the default dtype, or ``(L,)`` with ``average="none"``.
-
-    Raises:
-        ValueError: as :func:`average_precision`.
-
-    Example:
-        >>> import torch
-        >>> scores = torch.tensor([[0.9, 0.2], [0.4, 0.7], [0.6, 0.1], [0.2, 0.8]])
-        >>> multilabel_average_precision(scores, torch.tensor([[1, 0], [0, 1], [1, 0], [0, 0]]), num_labels=2)
-        tensor(0.7500)
-    """
-    args = (None, num_labels, average, thresholds, ignore_index, validate_args)
-    return _curve("average_precision", preds, target, "multilabel", *args)

@@ -1,10 +1,13 @@
-"""DINO's teacher centering as a pure function: the EMA of the global batch mean of the teacher's outputs.
+"""DINO's teacher centering, its local maths: the checks, the rows' sums and the EMA from summed sums.
 
 DINO (Caron et al., ICCV 2021) subtracts a center from the teacher's outputs before its sharpened softmax and
 updates it after each step as ``center = m · center + (1 - m) · mean(teacher_output)``, the mean over the batch.
 The reference code all-reduces the per-rank sums and divides by ``rows × world size``, which is the global mean
 only when every rank holds the same number of rows; here the rows are counted in the same all-reduce, so uneven
 and empty ranks weigh by their rows.
+
+The sums of a rank's rows (:func:`center_sums`) add up over ranks; :func:`center_from_sums` makes the next center
+from them. ``dino_center_update`` (in ``torchmetrics_diff._global.dino``) sums them over the ranks in between.
 """
 
 from __future__ import annotations
@@ -12,19 +15,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed import all_reduce
-from torchmetrics_diff.distributed._backend import Group, group_size
 from torchmetrics_diff.functional._checks import acc_dtype, as_count
-from torchmetrics_diff.functional._strategy import checked_together
 
 
-def _check_momentum(momentum: object) -> float:
+def check_momentum(momentum: object) -> float:
+    """``momentum`` as a ``float`` in ``[0, 1]``, else a ``ValueError`` naming it."""
     if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 <= momentum <= 1:
         raise ValueError(f"`momentum` must be a number in [0, 1]; got {momentum!r}")
     return float(momentum)
 
 
-def _check_center_inputs(center: object, teacher_output: object) -> None:
+def check_center_inputs(center: object, teacher_output: object) -> None:
+    """A floating ``(D,)`` center and floating ``(..., D)`` teacher outputs on its device, else a ``ValueError``."""
     if not isinstance(center, Tensor) or center.ndim != 1 or not center.is_floating_point():
         got = f"shape {tuple(center.shape)} and dtype {center.dtype}" if isinstance(center, Tensor) else type(center)
         raise ValueError(f"`center` must be a floating-point tensor of shape (D,); got {got}")
@@ -44,49 +46,32 @@ def _check_center_inputs(center: object, teacher_output: object) -> None:
         )
 
 
-def dino_center_update(center: Tensor, teacher_output: Tensor, momentum: float = 0.9, *, group: Group = None) -> Tensor:
-    """The next DINO center: ``momentum · center + (1 - momentum) · mean``, the mean over every rank's rows.
+def center_sums(center: Tensor, teacher_output: Tensor) -> Tensor:
+    """``[Σ rows, count]``: the sum of the teacher's rows ``(..., D)`` and their number, ``(D + 1,)``, detached.
 
-    One all-reduce of ``D + 1`` numbers (the rows' sum and their count), without gradient. A step in which no
-    rank holds a row leaves the center as it is.
-
-    It issues collectives: every rank of ``group`` must call it, with its own rows (counts may differ between
-    ranks, zero included).
-
-    Args:
-        center: the current center ``(D,)``, floating (DINO starts from zeros); not modified.
-        teacher_output: this rank's teacher outputs ``(..., D)``: every leading index is a row (all crops of
-            all images). Any floating dtype; summed in at least float32. Detached here.
-        momentum: the EMA momentum ``m`` in ``[0, 1]``. Default ``0.9`` (DINO's ``center_momentum``).
-        group: the process group (default ``None``: the default group). Without an initialised process group,
-            or with one rank, the mean of the local rows and no collective.
-
-    Returns:
-        The new center, of the shape, dtype and device of ``center``, identical on every rank, without graph.
-
-    Raises:
-        ValueError: a ``center`` that is not a floating ``(D,)`` tensor, a ``teacher_output`` whose last
-            dimension is not ``D`` or that is on another device, or a ``momentum`` outside ``[0, 1]``; under a
-            process group, on every rank.
-        RuntimeError: on every rank, when the ranks' ``D`` or dtypes differ.
+    In the accumulation dtype of the rows (at least float32); the sums of several ranks' rows add up.
 
     Example:
         >>> import torch
-        >>> center = torch.zeros(2)
-        >>> dino_center_update(center, torch.tensor([[1.0, 2.0], [3.0, 6.0]]), momentum=0.9)
+        >>> center_sums(torch.zeros(2), torch.tensor([[1.0, 2.0], [3.0, 6.0]]))
+        tensor([4., 8., 2.])
+    """
+    dim = center.shape[0]
+    rows = teacher_output.detach().reshape(-1, dim)
+    acc = acc_dtype(rows.dtype)
+    return torch.cat([rows.to(acc).sum(dim=0), as_count(rows.shape[0], rows).reshape(1)])
+
+
+def center_from_sums(center: Tensor, sums: Tensor, momentum: float) -> Tensor:
+    """``momentum · center + (1 - momentum) · mean`` from (summed) :func:`center_sums`; ``center`` without rows.
+
+    Example:
+        >>> import torch
+        >>> center_from_sums(torch.zeros(2), torch.tensor([4.0, 8.0, 2.0]), 0.9)
         tensor([0.2000, 0.4000])
     """
-    with checked_together(group, teacher_output):
-        _check_center_inputs(center, teacher_output)
-        momentum = _check_momentum(momentum)
-    with torch.no_grad():
-        dim = center.shape[0]
-        rows = teacher_output.detach().reshape(-1, dim)
-        acc = acc_dtype(rows.dtype)
-        packed = torch.cat([rows.to(acc).sum(dim=0), as_count(rows.shape[0], rows).reshape(1)])
-        if group_size(group) > 1:
-            packed = all_reduce(packed, "sum", group, grad="none")
-        total, count = packed[:dim], packed[dim]
-        mean = total / count.clamp(min=1)
-        updated = center * momentum + mean.to(center.dtype) * (1 - momentum)
-        return torch.where(count > 0, updated, center)
+    dim = center.shape[0]
+    total, count = sums[:dim], sums[dim]
+    mean = total / count.clamp(min=1)
+    updated = center * momentum + mean.to(center.dtype) * (1 - momentum)
+    return torch.where(count > 0, updated, center)

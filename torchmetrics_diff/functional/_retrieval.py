@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from torchmetrics_diff.functional._checks import check_positive_int, check_values
+from torchmetrics_diff.functional._errors import ShapeMismatchError
 
 DIRECTIONS = ("i2t", "t2i")
 
@@ -65,7 +66,7 @@ def check_pairs(
         if x.ndim != 2 or not x.is_floating_point():
             raise ValueError(f"`{name}` must be a floating (N, D) tensor; got shape {tuple(x.shape)} dtype {x.dtype}")
     if image.shape != text.shape:
-        raise ValueError(
+        raise ShapeMismatchError(
             f"`image` and `text` must be paired rows of one shape (N, D); got {tuple(image.shape)} "
             f"and {tuple(text.shape)}"
         )

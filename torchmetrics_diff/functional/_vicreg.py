@@ -1,4 +1,4 @@
-"""VICReg as pure functions: additive sufficient statistics of a shard, the three terms and the loss from them.
+"""VICReg's local maths: additive sufficient statistics of a shard, the three terms and the loss from them.
 
 VICReg (Bardes, Ponce and LeCun, ICLR 2022) regularizes two views' embeddings ``za``, ``zb`` of ``N`` rows and
 ``D`` features with three terms, written as in the paper's Algorithm 1 (its reference pseudo-code):
@@ -16,8 +16,8 @@ training script halves the variance term, ``mean(relu(1 - std_a)) / 2 + mean(rel
 Every term depends on the rows only through sums (the row count, per view the sum of rows and the Gram matrix
 ``Σ z zᵀ``, and ``Σ ||za - zb||²``), so the statistics of a union of shards are the field-wise sums of theirs
 and the global-batch loss needs one all-reduce of ``D² + 3D + 2`` numbers whatever the batch size
-(:func:`global_vicreg_stats`; the two symmetric Gram matrices travel as the two triangles of one ``D × D``
-matrix).
+(``global_vicreg_stats``, in ``torchmetrics_diff._global.vicreg``; the two symmetric Gram matrices travel as the
+two triangles of one ``D × D`` matrix).
 
 Precision: the covariance from sums is ``(G - S Sᵀ / N) / (N - 1)``, which cancels catastrophically in float32
 when a feature's mean is many times its standard deviation. The statistics can therefore be taken around a
@@ -34,9 +34,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed import all_reduce
-from torchmetrics_diff.distributed._autograd import scale_grad
-from torchmetrics_diff.distributed._backend import Group, group_size
 from torchmetrics_diff.functional._checks import (
     acc_dtype,
     as_count,
@@ -45,7 +42,6 @@ from torchmetrics_diff.functional._checks import (
     compute_dtype,
     safe_divide,
 )
-from torchmetrics_diff.functional._strategy import check_grad_reduction, checked_together, grad_factor
 
 
 class VICRegStats(NamedTuple):
@@ -170,7 +166,8 @@ def vicreg_stats(za: Tensor, zb: Tensor, shift: tuple[Tensor, Tensor] | None = N
         )
 
 
-def _check_number(name: str, value: object) -> float:
+def check_number(name: str, value: object) -> float:
+    """``value`` as a ``float`` if it is a finite number ``>= 0`` (not a bool), else a ``ValueError`` naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
         raise ValueError(f"`{name}` must be a finite number >= 0; got {value!r}")
     return float(value)
@@ -220,7 +217,7 @@ def vicreg_terms(stats: VICRegStats | tuple[Tensor, ...], eps: float = 1e-4) -> 
         if not isinstance(field, Tensor) or field.shape != shape:
             got = tuple(field.shape) if isinstance(field, Tensor) else type(field).__name__
             raise ValueError(f"`{name}` must have shape {shape}; got {got}")
-    eps = _check_number("eps", eps)
+    eps = check_number("eps", eps)
     n = count.clamp(min=1)
     denominator = (count - 1).clamp(min=1)
     invariance = safe_divide(sum_sq_diff, count * dim)
@@ -266,7 +263,7 @@ def vicreg_from_stats(
         tensor(0.)
     """
     named = (("sim_coeff", sim_coeff), ("std_coeff", std_coeff), ("cov_coeff", cov_coeff))
-    coeffs = [_check_number(name, value) for name, value in named]
+    coeffs = [check_number(name, value) for name, value in named]
     terms = vicreg_terms(stats, eps)
     return coeffs[0] * terms.invariance + coeffs[1] * terms.variance + coeffs[2] * terms.covariance
 
@@ -302,126 +299,3 @@ def vicreg_loss(
         tensor(32.)
     """
     return vicreg_from_stats(vicreg_stats(za, zb), sim_coeff, std_coeff, cov_coeff, eps)
-
-
-# ------------------------------------------------------------------------------------------- the global batch
-def _pack(stats: VICRegStats) -> Tensor:
-    """One flat buffer of ``D² + 3D + 2`` numbers: ``gram_a``'s upper and ``gram_b``'s strict lower triangle share
-    one ``D × D`` matrix (both are symmetric), ``gram_b``'s diagonal travels apart."""
-    triangles = torch.triu(stats.gram_a) + torch.tril(stats.gram_b, -1)
-    parts = [triangles, torch.diagonal(stats.gram_b), stats.sum_a, stats.sum_b, stats.sum_sq_diff, stats.count]
-    return torch.cat([p.reshape(-1) for p in parts])
-
-
-def _unpack(flat: Tensor, dim: int) -> VICRegStats:
-    triangles, diag_b, sum_a, sum_b, sum_sq_diff, count = flat.split([dim * dim, dim, dim, dim, 1, 1])
-    triangles = triangles.view(dim, dim)
-    gram_a = torch.triu(triangles) + torch.triu(triangles, 1).T
-    lower = torch.tril(triangles, -1)
-    gram_b = lower + lower.T + torch.diag(diag_b)
-    return VICRegStats(sum_a, gram_a, sum_b, gram_b, sum_sq_diff.reshape(()), count.reshape(()))
-
-
-def global_vicreg_stats(
-    za: Tensor,
-    zb: Tensor,
-    shift: tuple[Tensor, Tensor] | None = None,
-    *,
-    group: Group = None,
-    grad_reduction: str = "mean",
-) -> VICRegStats:
-    """VICReg's sufficient statistics of the global batch: this rank's, summed over the ranks of ``group``.
-
-    One differentiable all-reduce of ``D² + 3D + 2`` numbers (the two symmetric Gram matrices share one
-    ``D × D`` buffer), whatever the batch size; no communication in backward: each rank's statistics keep the
-    graph to its own rows, their gradient scaled for the trainer's reduction.
-
-    It issues collectives: every rank of ``group`` must call it, with its own rows (counts may differ between
-    ranks, zero included) and the same ``shift``.
-
-    Args:
-        za: this rank's embeddings of the first view ``(B, D)``, floating.
-        zb: the second view ``(B, D)``, of the shape, dtype and device of ``za``.
-        shift: ``(c_a, c_b)``, two ``(D,)`` tensors the statistics are taken around, *the same on every rank*
-            (e.g. :meth:`VICRegStats.means` of the previous global statistics), or ``None`` (default).
-        group: the process group (default ``None``: the default group). Without an initialised process group,
-            or with one rank, the statistics of the local rows and no collective.
-        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
-            ``"sum"``.
-
-    Returns:
-        :class:`VICRegStats` of every rank's rows, identical on every rank, differentiable with respect to the
-        local inputs.
-
-    Raises:
-        ValueError: views that are not floating ``(B, D)`` tensors of one shape, a bad ``shift`` or an unknown
-            ``grad_reduction``; under a process group, on every rank.
-        RuntimeError: on every rank, when the ranks' ``D`` or dtypes differ.
-
-    Example:
-        >>> import torch
-        >>> gen = torch.Generator().manual_seed(0)
-        >>> za, zb = torch.randn(8, 3, generator=gen), torch.randn(8, 3, generator=gen)
-        >>> torch.allclose(vicreg_from_stats(global_vicreg_stats(za, zb)), vicreg_loss(za, zb))
-        True
-    """
-    with checked_together(group, za):
-        check_grad_reduction(grad_reduction)
-        stats = vicreg_stats(za, zb, shift)
-    world = group_size(group)
-    if world == 1:
-        return stats
-    flat = all_reduce(scale_grad(_pack(stats), grad_factor(world, grad_reduction)), "sum", group, grad="local")
-    return _unpack(flat, stats.sum_a.shape[0])
-
-
-def global_vicreg_loss(
-    za: Tensor,
-    zb: Tensor,
-    sim_coeff: float = 25.0,
-    std_coeff: float = 25.0,
-    cov_coeff: float = 1.0,
-    eps: float = 1e-4,
-    *,
-    group: Group = None,
-    grad_reduction: str = "mean",
-) -> Tensor:
-    """VICReg loss of the global batch, from all-reduced sufficient statistics (:func:`global_vicreg_stats`).
-
-    The means, variances and covariances are those of every rank's rows, and the invariance term is the mean over
-    every rank's rows: the loss of one process holding the concatenated batch, with its gradient.
-
-    It issues collectives: every rank of ``group`` must call it, with its own rows (counts may differ between
-    ranks, zero included).
-
-    Args:
-        za: this rank's embeddings of the first view ``(B, D)``, floating.
-        zb: the second view ``(B, D)``, of the shape, dtype and device of ``za``; row i is the same sample.
-        sim_coeff: weight of the invariance term. Default ``25``.
-        std_coeff: weight of the variance term. Default ``25``.
-        cov_coeff: weight of the covariance term. Default ``1``.
-        eps: added to each variance before the square root. Default ``1e-4``.
-        group: the process group (default ``None``: the default group). Without an initialised process group,
-            or with one rank, the loss of the local rows and no collective.
-        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default) or ``"sum"``.
-
-    Returns:
-        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
-        inputs: float64 for float64 inputs, else float32.
-
-    Raises:
-        ValueError: views that are not floating ``(B, D)`` tensors of one shape, a bad coefficient or an unknown
-            ``grad_reduction`` (the views and ``grad_reduction`` on every rank under a process group).
-
-    Example:
-        >>> import torch
-        >>> gen = torch.Generator().manual_seed(0)
-        >>> za, zb = torch.randn(8, 3, generator=gen), torch.randn(8, 3, generator=gen)
-        >>> torch.allclose(global_vicreg_loss(za, zb), vicreg_loss(za, zb))
-        True
-    """
-    with checked_together(group, za):  # a bad number on one rank raises on every rank
-        for name, value in (("sim_coeff", sim_coeff), ("std_coeff", std_coeff), ("cov_coeff", cov_coeff), ("eps", eps)):
-            _check_number(name, value)
-    stats = global_vicreg_stats(za, zb, group=group, grad_reduction=grad_reduction)
-    return vicreg_from_stats(stats, sim_coeff, std_coeff, cov_coeff, eps)

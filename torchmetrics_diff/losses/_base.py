@@ -8,8 +8,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from torchmetrics_diff._batch_step import record_step
+from torchmetrics_diff._global.strategy import check_strategy, check_tile, checked_together
 from torchmetrics_diff.distributed._call import enter, fresh_count, leave
-from torchmetrics_diff.functional._strategy import check_strategy, check_tile, checked_together
 from torchmetrics_diff.metric import Metric
 
 
@@ -41,7 +42,7 @@ def enter_call(loss: Metric, method: str) -> bool:
     """Name this call (``"CLIPLoss.forward"``) in the header every rank exchanges before communicating, so that
     ranks in different calls (one more ``update`` on one rank) raise naming them; only when it syncs. The caller
     ends it with ``leave()`` once its collectives are done (an error on the way ends it in the exchange)."""
-    if loss.dist_sync_on_step and loss._distributed_available():
+    if loss._step_syncs():
         # this loss's syncing calls so far: tells two of a class apart
         calls, loss.__dict__["_calls"] = fresh_count(loss.__dict__.get("_calls"))
         enter(f"{type(loss).__name__}.{method}", calls)
@@ -119,7 +120,12 @@ class GlobalBatchLoss(Metric):
     loss_total: Tensor
     steps: Tensor
     # (a copy of their code per loss class, as the metric lifecycle's: torch.compile caches frames per code object)
-    _per_class_code: ClassVar[tuple[str, ...]] = (*Metric._per_class_code, "_step", "_update_from", "_checked")
+    _per_class_code: ClassVar[tuple[str, ...]] = (
+        *Metric._per_class_code,
+        "_step",
+        "_update_from",
+        "_raise_if_inconsistent",
+    )
 
     def __init__(
         self, *, strategy: str = "sharded", tile: int | None = None, dist_sync_on_step: bool = True, **kwargs: Any
@@ -145,10 +151,10 @@ class GlobalBatchLoss(Metric):
         self.steps = self.steps + 1
         note_value_dtype(self, value)
 
-    def _checked(self, inputs: dict[str, Any]) -> None:
-        """Device and dtype agreement among this call's tensors; under sync a failure raises on every rank."""
+    def _raise_if_inconsistent(self, inputs: dict[str, Any]) -> None:
+        """Raise unless this call's tensors agree in device and dtype; under sync a failure raises on every rank."""
         owner = type(self).__name__
-        if self.dist_sync_on_step and self._distributed_available():
+        if self._step_syncs():
             like = next((inputs[n] for n in self._same_dtype if isinstance(inputs.get(n), Tensor)), None)
             with checked_together(self.process_group, like):
                 check_consistent(owner, inputs, self._same_dtype)
@@ -158,21 +164,18 @@ class GlobalBatchLoss(Metric):
     def _step(self, **inputs: Any) -> Tensor:
         """``forward``'s body: the loss of this call's global batch, differentiable, then recorded.
 
-        It runs :class:`~torchmetrics_diff.Metric`'s batch-step protocol with the loss in place of ``update`` and
-        the batch value. The loss syncs what it needs itself, so the batch states are only the record, and the
-        step begins once the value is there: a call that fails (here or on a peer) leaves nothing to undo, and
-        no collective runs inside a ``try`` (under ``torch.compile`` a graph break there splits the frame).
+        A step of the batch-step protocol with the loss in place of ``update`` and the batch value
+        (``_batch_step.record_step``): the loss syncs what it needs itself, so the batch states are only the
+        record, and the step begins once the value is there.
         """
         if self._is_synced:
             raise self._synced_error("forward")
         named = enter_call(self, "forward")
-        self._checked(inputs)
+        self._raise_if_inconsistent(inputs)
         value = self._loss(**inputs, sync=self.dist_sync_on_step)
         if named:
             leave()
-        step = self._begin_batch()
-        self._record(value)
-        return self._finish_batch(step, value)
+        return record_step(self, value, lambda: self._record(value))
 
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
         """The loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
@@ -209,7 +212,7 @@ class GlobalBatchLoss(Metric):
     def _update_from(self, **inputs: Any) -> None:
         """``update``'s body (it runs under ``no_grad`` in the metric lifecycle)."""
         named = enter_call(self, "update")
-        self._checked(inputs)
+        self._raise_if_inconsistent(inputs)
         value = self._loss(**inputs, sync=self.dist_sync_on_step)
         if named:
             leave()

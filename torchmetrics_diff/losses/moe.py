@@ -15,10 +15,12 @@ import torch
 from torch import Tensor
 
 from torchmetrics_diff import functional as F
+from torchmetrics_diff._batch_step import record_step
+from torchmetrics_diff._global.moe import load_balancing_global_step
+from torchmetrics_diff._global.strategy import checked_together
 from torchmetrics_diff.distributed._call import leave
 from torchmetrics_diff.functional._checks import check_choice, check_positive_int
-from torchmetrics_diff.functional._moe import PROBS_OVER, load_balancing_global_step, load_balancing_stats
-from torchmetrics_diff.functional._strategy import checked_together
+from torchmetrics_diff.functional._moe import PROBS_OVER, load_balancing_stats
 from torchmetrics_diff.losses._base import enter_call, note_value_dtype
 from torchmetrics_diff.losses.normalized import GlobalMeanLoss
 
@@ -170,7 +172,7 @@ class LoadBalancingLoss(GlobalMeanLoss):
     def _value(self, inputs: dict[str, Any], method: str) -> tuple[Tensor, Tensor]:
         """The call's value and its local token count: checks (failing on every rank), one all-reduce."""
         named = enter_call(self, method)
-        if self.dist_sync_on_step and self._distributed_available():
+        if self._step_syncs():
             with checked_together(self.process_group, inputs["router_probs"]):
                 self._check_inputs(inputs)
                 stats = self._stats(**inputs)
@@ -198,14 +200,12 @@ class LoadBalancingLoss(GlobalMeanLoss):
         return step.value, stats.tokens
 
     def _step(self, **inputs: Any) -> Tensor:
-        """``forward``'s body, in the batch-step protocol of :class:`~torchmetrics_diff.Metric`: the step's value
+        """``forward``'s body, a step of the batch-step protocol (``_batch_step.record_step``): the step's value
         is recorded once every rank has it (a failing call leaves nothing to undo)."""
         if self._is_synced:
             raise self._synced_error("forward")
         value, tokens = self._value(inputs, "forward")
-        step = self._begin_batch()
-        self._record(value, tokens)
-        return self._finish_batch(step, value)
+        return record_step(self, value, lambda: self._record(value, tokens))
 
     def _update_from(self, **inputs: Any) -> None:
         value, tokens = self._value(inputs, "update")

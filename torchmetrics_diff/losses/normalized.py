@@ -27,11 +27,12 @@ import torch
 from torch import Tensor
 
 from torchmetrics_diff import functional as F
+from torchmetrics_diff._batch_step import record_step
+from torchmetrics_diff._global.strategy import checked_together, global_normalized
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce
 from torchmetrics_diff.distributed._backend import default_device, group_size
 from torchmetrics_diff.distributed._call import leave
 from torchmetrics_diff.functional._checks import safe_divide
-from torchmetrics_diff.functional._strategy import checked_together, global_normalized
 from torchmetrics_diff.losses._base import check_consistent, enter_call, note_value_dtype, value_dtype
 from torchmetrics_diff.metric import Metric
 
@@ -166,8 +167,8 @@ class GlobalMeanLoss(Metric):
         check_consistent(type(self).__name__, inputs, self._same_dtype)
 
     def _step(self, **inputs: Any) -> Tensor:
-        """``forward``'s body, in :class:`~torchmetrics_diff.Metric`'s batch-step protocol: the block's sum and
-        weight are the batch states, the globally normalized value is the batch value. As in
+        """``forward``'s body, a step of the batch-step protocol (``_batch_step.record_step``): the block's sum
+        and weight are the batch states, the globally normalized value is the batch value. As in
         ``GlobalBatchLoss._step``, the step begins once every rank has the value."""
         if self._is_synced:
             raise self._synced_error("forward")
@@ -181,16 +182,18 @@ class GlobalMeanLoss(Metric):
         else:
             denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype)
             value = safe_divide(loss_sum, denominator)
-        step = self._begin_batch()
+        return record_step(self, value, lambda: self._record_block(loss_sum, count, value))
+
+    def _record_block(self, loss_sum: Tensor, count: Tensor, value: Tensor) -> None:
+        """Fold a ``forward`` call into the batch states: the block, the value's dtype, the accumulated weight."""
         self._add_block(loss_sum.detach(), count.detach())
         note_value_dtype(self, value)
         if self._accumulation is not None:
             self._accumulation[2] += float(count)
-        return self._finish_batch(step, value)
 
     def _checked_block(self, inputs: dict[str, Any]) -> tuple[Tensor, Tensor]:
         """The block's weighted sum and weight; under sync a bad input on one rank raises on every rank."""
-        if self.dist_sync_on_step and self._distributed_available():
+        if self._step_syncs():
             first = next(iter(inputs.values()))
             with checked_together(self.process_group, first):
                 self._check_inputs(inputs)
@@ -216,13 +219,25 @@ class GlobalMeanLoss(Metric):
 class TokenCrossEntropyLoss(GlobalMeanLoss):
     """Token-level cross-entropy divided by the number of non-ignored tokens of every rank.
 
-    Called as ``loss(logits, target)`` with ``logits`` (..., C) (class dimension last, the language-model
-    layout) and ``target`` (...). Inside :meth:`~GlobalMeanLoss.accumulate`, give the targets of the step's
-    micro-batches: the denominator is then the valid tokens of every micro-batch on every rank.
+    Called as ``loss(logits, target)`` with ``logits`` ``(B, T, C)`` (class dimension last, the language-model
+    layout; any ``(..., C)``) and ``target`` ``(B, T)``; with ``class_dim=1``, ``logits`` in the layout of
+    :func:`torch.nn.functional.cross_entropy`, ``(B, C, T)``. Inside :meth:`~GlobalMeanLoss.accumulate`, give the
+    targets of the step's micro-batches: the denominator is then the valid tokens of every micro-batch on every
+    rank.
+
+    The layout is taken from ``class_dim``, never guessed from the shapes: when ``T == C`` both layouts fit the
+    target, and reading the wrong one would be silently wrong, so only the argument decides. A ``target`` that fits
+    neither layout raises a ``ValueError`` naming the layout read and the target shape it needs.
 
     Args:
         ignore_index: target value of padding tokens. Default ``-100``.
         label_smoothing: as in :func:`torch.nn.functional.cross_entropy`. Default ``0.0``.
+        class_dim: the dimension of ``logits`` holding the classes: ``-1`` (default) or ``1`` for torch's
+            ``(B, C, T)`` (any dimension of ``logits`` is accepted).
+        validate_args: check before each call that every target is ``ignore_index`` or in ``[0, C)``, on any
+            device: one reduction over the targets and a host synchronization per call. Default ``False``: on the
+            CPU an out-of-range target raises the same ``IndexError`` (naming the value and the range) anyway, at
+            no cost; on a GPU it trips an asynchronous device-side assert instead, so turn this on there to debug.
         kwargs: :class:`GlobalMeanLoss` keyword arguments.
 
     Example:
@@ -231,13 +246,28 @@ class TokenCrossEntropyLoss(GlobalMeanLoss):
         >>> loss = TokenCrossEntropyLoss()
         >>> loss(torch.zeros(1, 3, 4), torch.tensor([[0, 1, -100]]))  # two valid tokens, each log(4)
         tensor(1.3863)
+        >>> TokenCrossEntropyLoss(class_dim=1)(torch.zeros(1, 4, 3), torch.tensor([[0, 1, -100]]))  # (B, C, T)
+        tensor(1.3863)
     """
 
-    def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        label_smoothing: float = 0.0,
+        *,
+        class_dim: int = -1,
+        validate_args: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if not 0.0 <= float(label_smoothing) <= 1.0:
             raise ValueError(f"`label_smoothing` must be in [0, 1]; got {label_smoothing!r}")
+        if isinstance(class_dim, bool) or not isinstance(class_dim, int):
+            raise ValueError(f"`class_dim` must be an int (-1: (B, T, C), 1: (B, C, T)); got {class_dim!r}")
+        if not isinstance(validate_args, bool):
+            raise ValueError(f"`validate_args` must be a bool; got {validate_args!r}")
         self.ignore_index, self.label_smoothing = int(ignore_index), float(label_smoothing)
+        self.class_dim, self.validate_args = class_dim, validate_args
 
     _same_dtype = ("logits",)
 
@@ -245,12 +275,20 @@ class TokenCrossEntropyLoss(GlobalMeanLoss):
         """This call's loss (its share of the step's loss inside :meth:`~GlobalMeanLoss.accumulate`).
 
         Args:
-            logits: (..., C), the class dimension last.
-            target: (...) integer classes on the same device; ``ignore_index`` marks padding.
+            logits: the classes in dimension ``class_dim``: ``(B, T, C)`` by default, ``(B, C, T)`` with
+                ``class_dim=1``.
+            target: integer classes, the shape of ``logits`` without dimension ``class_dim``, on the same device;
+                ``ignore_index`` marks padding.
 
         Returns:
             The mean cross-entropy over every rank's valid tokens, identical on every rank:
             0-d, float64 for float64 inputs, else float32.
+
+        Raises:
+            ValueError: a ``target`` whose shape does not fit ``logits`` read with ``class_dim``.
+            IndexError: a target neither ``ignore_index`` nor in ``[0, C)`` (on the CPU; elsewhere with
+                ``validate_args=True``). Under sync, the other ranks raise a
+                :class:`~torchmetrics_diff.exceptions.PeerFailedError` naming this rank.
         """
         return self._step(logits=logits, target=target)
 
@@ -264,7 +302,14 @@ class TokenCrossEntropyLoss(GlobalMeanLoss):
         self._update_from(logits=logits, target=target)
 
     def _block(self, logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
-        return F.token_cross_entropy_block(logits, target, self.ignore_index, self.label_smoothing)
+        return F.token_cross_entropy_block(
+            logits,
+            target,
+            self.ignore_index,
+            self.label_smoothing,
+            class_dim=self.class_dim,
+            validate_args=self.validate_args,
+        )
 
     def _local_count(self, item: Any) -> Tensor:
         return (torch.as_tensor(item) != self.ignore_index).sum().to(torch.float64)

@@ -13,26 +13,30 @@ from typing import Any, ClassVar
 
 import torch
 
-from torchmetrics_diff.functional._regression import (
-    check_cosine_reduction,
-    check_kl_args,
+from torchmetrics_diff.functional._correlation import (
     check_multioutput,
-    check_num_outputs,
     check_r2_args,
-    cosine_similarity_rows,
     explained_variance_from_stats,
     explained_variance_stats,
-    kl_divergence_rows,
+    pearson_corrcoef_from_stats,
+    pearson_corrcoef_stats,
+    r2_score_from_stats,
+    r2_score_stats,
+)
+from torchmetrics_diff.functional._regression import (
+    check_num_outputs,
     mean_absolute_error_from_stats,
     mean_absolute_error_stats,
     mean_absolute_percentage_error_stats,
     mean_squared_error_from_stats,
     mean_squared_error_stats,
-    pearson_corrcoef_from_stats,
-    pearson_corrcoef_stats,
-    r2_score_from_stats,
-    r2_score_stats,
     symmetric_mean_absolute_percentage_error_stats,
+)
+from torchmetrics_diff.functional._similarity import (
+    check_cosine_reduction,
+    check_kl_args,
+    cosine_similarity_rows,
+    kl_divergence_rows,
 )
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
@@ -91,6 +95,7 @@ class MeanSquaredError(_SumStatsMetric):
     """
 
     higher_is_better = False
+    plot_lower_bound = 0.0
     _stats = staticmethod(mean_squared_error_stats)
     _sum_states = ("sum_squared_error", "total")
     sum_squared_error: torch.Tensor
@@ -127,6 +132,7 @@ class MeanAbsoluteError(_SumStatsMetric):
     """
 
     higher_is_better = False
+    plot_lower_bound = 0.0
     _stats = staticmethod(mean_absolute_error_stats)
     _sum_states = ("sum_abs_error", "total")
     sum_abs_error: torch.Tensor
@@ -172,6 +178,7 @@ class R2Score(_SumStatsMetric):
     """
 
     higher_is_better = True
+    plot_upper_bound = 1.0
     _stats = staticmethod(r2_score_stats)
     _sum_states = ("sum_squared_obs", "sum_obs", "residual", "total")
     sum_squared_obs: torch.Tensor
@@ -220,6 +227,8 @@ class PearsonCorrCoef(_SumStatsMetric):
     """
 
     higher_is_better = None
+    plot_lower_bound = -1.0
+    plot_upper_bound = 1.0
     _sum_states = ("sums",)
     sums: torch.Tensor
 
@@ -259,6 +268,8 @@ class CosineSimilarity(Metric):
 
     is_differentiable = True
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
     full_state_update = False
     sim_sum: torch.Tensor  # with reduction 'sum' or 'mean'
     total: torch.Tensor  # with reduction 'sum' or 'mean'
@@ -340,6 +351,7 @@ class MeanAbsolutePercentageError(_PercentageError):
     """
 
     _stats = staticmethod(mean_absolute_percentage_error_stats)
+    plot_lower_bound = 0.0
 
 
 class SymmetricMeanAbsolutePercentageError(_PercentageError):
@@ -361,6 +373,8 @@ class SymmetricMeanAbsolutePercentageError(_PercentageError):
     """
 
     _stats = staticmethod(symmetric_mean_absolute_percentage_error_stats)
+    plot_lower_bound = 0.0
+    plot_upper_bound = 2.0
 
 
 class ExplainedVariance(_SumStatsMetric):
@@ -395,6 +409,8 @@ class ExplainedVariance(_SumStatsMetric):
     """
 
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
     _stats = staticmethod(explained_variance_stats)
     _sum_states = ("sum_error", "sum_squared_error", "sum_target", "sum_squared_target", "num_obs")
     sum_error: torch.Tensor
@@ -451,6 +467,7 @@ class KLDivergence(Metric):
 
     is_differentiable = True
     higher_is_better = False
+    plot_lower_bound = 0.0
     full_state_update = False
     measures: torch.Tensor | list[torch.Tensor]  # a sum with reduction 'mean'/'sum', the rows' values with 'none'
     total: torch.Tensor

@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.functional._regression import check_num_outputs, spearman_corrcoef_from_rows, spearman_rows
+from torchmetrics_diff.functional._correlation import spearman_corrcoef_from_rows, spearman_rows
+from torchmetrics_diff.functional._regression import check_num_outputs
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 
@@ -41,6 +42,8 @@ class SpearmanCorrCoef(Metric):
 
     is_differentiable = False
     higher_is_better = True
+    plot_lower_bound = -1.0
+    plot_upper_bound = 1.0
     full_state_update = False
     preds: list[torch.Tensor]
     target: list[torch.Tensor]

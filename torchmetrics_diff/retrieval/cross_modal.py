@@ -135,6 +135,8 @@ class CrossModalRecallAtK(_CrossModalRetrieval):
     )
 
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
 
     def __init__(self, top_k: int | Sequence[int] = (1, 5, 10), **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -222,6 +224,8 @@ class CrossModalMAPAtK(_CrossModalRetrieval):
     )
 
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
 
     def __init__(self, top_k: int = 10, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -255,6 +259,8 @@ class CrossModalMRR(_CrossModalRetrieval):
     )
 
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
 
     def __init__(self, top_k: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -293,6 +299,8 @@ class CrossModalNormalizedDCG(_CrossModalRetrieval):
     )
 
     higher_is_better = True
+    plot_lower_bound = 0.0
+    plot_upper_bound = 1.0
 
     def __init__(self, top_k: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -3,12 +3,13 @@
 A wrapper holds inner metrics (its *members*: metrics, other wrappers, or collections) and adds logic on top
 (copies per bootstrap, a window of updates, a copy per epoch, a value reshaped into a dict). Syncing each member
 on its own would cost a collective per member; instead the wrapper presents every member's states under one
-flat namespace (``"<member key>.<state>"``) and one :class:`~torchmetrics_diff._state_sync.SyncSpec`, so that
+flat namespace (``"<member key>.<state>"``) and one :class:`~torchmetrics_diff._metric_sync.SyncSpec`, so that
 its own ``compute`` and ``forward``, and a :class:`~torchmetrics_diff.MetricCollection` holding it, hand all of
 them to the sync engine in one call: the steady state is one collective, however many members there are.
 
-A wrapper runs the batch-step protocol of :class:`~torchmetrics_diff.Metric` over its members (each member's
-batch states are synced between its ``update`` and its value, differentiably), so the value of ``forward``
+A wrapper runs the batch-step protocol (``torchmetrics_diff._batch_step``) over its members: its hooks call each
+member's in turn, and ``forward`` is :class:`~torchmetrics_diff.Metric`'s (each member's batch states are synced
+between its ``update`` and its value, differentiably), so the value of ``forward``
 keeps the members' exact gradients. A subclass says which members a batch goes to
 (:meth:`WrapperMetric._step_members`), what each of them receives (:meth:`WrapperMetric._route`), and how the
 members' values make the wrapper's (:meth:`WrapperMetric._step_value`, :meth:`WrapperMetric._compute_value`).
@@ -22,13 +23,14 @@ from typing import Any, Callable, Union, cast
 
 import torch
 
-from torchmetrics_diff._state_sync import SyncSpec, sync_metrics
+from torchmetrics_diff._batch_step import BatchStep
+from torchmetrics_diff._metric_sync import SyncSpec, sync_metric_states
 from torchmetrics_diff._tensors import detach
 from torchmetrics_diff.collections import MetricCollection
 from torchmetrics_diff.distributed._backend import Group
 from torchmetrics_diff.distributed._sync import fail_sync
 from torchmetrics_diff.exceptions import TorchMetricsUserError
-from torchmetrics_diff.metric import BatchStep, Metric
+from torchmetrics_diff.metric import Metric
 
 Member = Union[Metric, MetricCollection]
 
@@ -62,6 +64,7 @@ class WrapperMetric(Metric):
 
     full_state_update = True  # a wrapper's value is not a merge of batch states: never merged by reductions
     _wrap_lifecycle = False  # update/compute drive the members, which run their own lifecycle
+    _forward_outside_graph = True  # under torch.compile, forward runs eagerly (its members' protocol is host code)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         cls._wrap_lifecycle = False  # (read from each class's own namespace)
@@ -202,7 +205,9 @@ class WrapperMetric(Metric):
         if not joining:
             return False
         local = self._flat({k: leaf.metric_state for k, leaf in joining.items()})
-        synced = sync_metrics({"": self._sync_spec()}, {"": local}, self._group(joining), self._plan("none"), "none")
+        synced = sync_metric_states(
+            {"": self._sync_spec()}, {"": local}, self._group(joining), self._plan("none"), "none"
+        )
         self._hold_synced(local, synced[""])
         return True
 
@@ -327,25 +332,7 @@ class WrapperMetric(Metric):
     def _restore_extra(self, extra: Any) -> None:
         """Put back :meth:`_extra_snapshot`."""
 
-    # ------------------------------------------------------------------- forward: the batch-step protocol
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Update with a batch and return the wrapper's value of that batch; members that sync on step are
-        synced together in one engine call, keeping their gradients.
-
-        Args:
-            args: the batch, as the inner metric's ``update`` takes it.
-            kwargs: the batch's keyword arguments, as the inner metric's ``update`` takes them.
-        """
-        step = self._begin_batch()
-        try:
-            self._update_batch(step, args, kwargs)
-            self._sync_batch(step)
-            value = self._batch_value()
-        except BaseException:
-            self._abort_batch(step)
-            raise
-        return self._finish_batch(step, value)
-
+    # ------------------------------------------------------------------- the batch-step protocol's hooks
     def _begin_batch(self) -> BatchStep:
         if self._is_synced:
             raise self._synced_error("forward")
@@ -382,19 +369,19 @@ class WrapperMetric(Metric):
     @staticmethod
     def _engine_steps(step: _WrapperStep) -> dict[str, Metric]:
         """The step members that sync their batch through the engine."""
-        return {k: m for k, (m, _) in step.inner.items() if m._syncs_on_step()}
+        return {k: m for k, (m, _) in step.inner.items() if m._step_syncs_by_engine()}
 
     def _sync_batch(self, step: BatchStep, synced: dict[str, Any] | None = None) -> None:
         step = cast("_WrapperStep", step)
         for member, own in step.inner.values():  # members with a custom gather sync alone
-            if member.dist_sync_fn is not None and member._syncs_on_step_eagerly():
+            if member.dist_sync_fn is not None and member._step_syncs():
                 member._sync_batch(own)
         engine = self._engine_steps(step)
         if not engine:
             return
         if synced is None:
             specs, batch = {"": self._sync_spec()}, {"": step.batch or {}}
-            synced = sync_metrics(specs, batch, self._group(engine), self._plan("local"), "local", "forward")[""]
+            synced = sync_metric_states(specs, batch, self._group(engine), self._plan("local"), "local", "forward")[""]
         for key, states in self._split(synced).items():
             member, own = step.inner[key]
             member._sync_batch(own, states)
@@ -425,17 +412,14 @@ class WrapperMetric(Metric):
         self.__dict__["_computed"] = step.computed
         self.__dict__["_current_step"] = None
 
-    def _syncs_on_step(self) -> bool:
-        return any(isinstance(m, Metric) and m._syncs_on_step() for m in self._step_members().values())
+    def _step_syncs_by_engine(self) -> bool:
+        return any(isinstance(m, Metric) and m._step_syncs_by_engine() for m in self._step_members().values())
 
-    def _syncs_on_step_eagerly(self) -> bool:
-        return self._syncs_on_step()
+    def _step_syncs(self) -> bool:
+        return any(isinstance(m, Metric) and m._step_syncs() for m in self._step_members().values())
 
-    def _steps_out_of_graph(self) -> bool:
-        return True  # a wrapper's forward runs eagerly under torch.compile (its members' protocol is host code)
-
-    def _syncs_on_compute(self) -> bool:
-        return any(leaf._syncs_on_compute() for leaf in self._leaves(self._compute_members()).values())
+    def _compute_syncs(self) -> bool:
+        return any(leaf._compute_syncs() for leaf in self._leaves(self._compute_members()).values())
 
     def _same_update(self, other: Metric) -> bool:
         return False  # wrappers are never merged into a compute group

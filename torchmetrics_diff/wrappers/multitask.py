@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from copy import deepcopy
 from typing import Any
 
@@ -112,6 +112,38 @@ class MultitaskWrapper(WrapperMetric):
 
     def _compute_value(self) -> dict[str, Any]:
         return {self._key(task): metric.compute() for task, metric in self._members().items()}
+
+    def plot(self, val: Any = None, axes: Any = None) -> list[tuple[Any, Any]]:  # type: ignore[override]
+        """One figure per task, as torchmetrics' ``MultitaskWrapper.plot``: each task's metric (or collection)
+        draws its own value.
+
+        Args:
+            val: a value as ``compute()`` or ``forward`` return it (a dict by task key), a sequence of them, or
+                ``None`` for ``compute()``.
+            axes: a sequence of matplotlib ``Axes``, one per task, or ``None`` for new figures.
+
+        Returns:
+            A list of what each task's ``plot`` returns (a collection's is a list of its own), in task order.
+
+        Raises:
+            TypeError: ``axes`` is not a sequence, or ``val`` neither a dict nor a sequence of dicts.
+            ValueError: ``axes`` does not hold one axes per task.
+            ModuleNotFoundError: matplotlib is not installed.
+        """
+        if axes is not None:
+            if not isinstance(axes, Sequence):
+                raise TypeError(f"`axes` must be a sequence of matplotlib axes; got {type(axes).__name__}")
+            if len(axes) != len(self.task_metrics):
+                raise ValueError(f"`axes` must hold one axes per task ({len(self.task_metrics)}); got {len(axes)}")
+        val = self.compute() if val is None else val
+        if not isinstance(val, (dict, Sequence)):
+            raise TypeError(f"`val` must be None, a dict by task or a sequence of them; got {type(val).__name__}")
+        out = []
+        for i, (task, metric) in enumerate(self._members().items()):
+            key = self._key(task)
+            mine = val[key] if isinstance(val, dict) else [v[key] for v in val]
+            out.append(metric.plot(mine, ax=None if axes is None else axes[i]))
+        return out
 
     def items(self, flatten: bool = True) -> Iterator[tuple[str, Any]]:
         """``(key, metric)`` pairs; with ``flatten`` a collection's members as ``f"{prefix}{task}_{name}{postfix}"``.

@@ -221,6 +221,30 @@ class MetricTracker(WrapperMetric):
         except (TypeError, RuntimeError):
             return res
 
+    def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
+        """Draw every tracked epoch's value, as torchmetrics' ``MetricTracker.plot`` does.
+
+        Without ``val``, the value of :meth:`compute_all`: for a metric, one marker per epoch (x = the epoch's
+        index, labelled by it); for a collection (a dict value), one line per key over the epochs ("Step", one
+        tick per epoch). The y axis reads ``MetricTracker``; no bounds are drawn (the tracked metric's are not
+        used, as in torchmetrics).
+
+        Args:
+            val: a value as :meth:`compute_all` returns it, or a sequence of values; ``None`` plots
+                :meth:`compute_all` (which syncs: call it on every rank).
+            ax: a matplotlib ``Axes`` to draw into; ``None`` makes a new figure.
+
+        Returns:
+            ``(figure, axes)``.
+
+        Raises:
+            ValueError: before the first :meth:`increment` (without ``val``).
+            ModuleNotFoundError: matplotlib is not installed.
+        """
+        from torchmetrics_diff._plot import plot_values
+
+        return plot_values(self.compute_all() if val is None else val, ax=ax, name=type(self).__name__)
+
     def best_metric(self, return_step: bool = False) -> Any:
         """The best value over the epochs (by ``maximize``), and with ``return_step`` the epoch it came from.
 

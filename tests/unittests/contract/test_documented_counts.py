@@ -1,19 +1,29 @@
 """Every collective count the documentation states, measured.
 
-:data:`CLAIMS` is the single source: each entry quotes a passage of a page (or a docstring) that states a
-number of collectives, names the situation it describes, and gives the number the passage states, per world
-size. The test runs every situation on real gloo ranks, counts the collectives the package issues from the
-backend (``record_collectives``: every ``torch.distributed`` collective and point-to-point batch, the backend's
-captured flat gather and reduce-scatter, and the functional collectives), and checks
+The documentation states counts in prose ("one collective", "three on the first step"). Each passage that does is
+tied to the situations it describes by a marker just before it, invisible in the built pages::
 
-- that the passage is still on its page, word for word (whitespace aside): a page whose number changed without
-  this table fails here, naming the passage;
-- that the count measured in the situation is the count the table (and so the page) states: a change of the
-  package that changes a count fails here, naming the page.
+    .. count: sync steady; CatMetric huge row sync 3
 
-:data:`NOT_COUNTS` lists the passages that read like a count of collectives but are not one of this package's
-calls (a count of torchmetrics', an operation inside a larger call); :func:`test_every_stated_count_is_checked`
-fails on any other such passage that neither list covers, so a new count on a page needs a line here.
+(``<!-- count: ... -->`` in Markdown; several keys separated by ``;``, continued on indented lines). A key is a
+situation of :data:`SITUATIONS` (a call measured by :func:`_situations`, with the number of collectives the docs
+state for it) or a named group of them (:data:`GROUPS`). The test runs every situation on real gloo ranks, counts
+the collectives the package issues from the backend (``record_collectives``: every ``torch.distributed``
+collective and point-to-point batch, the backend's captured flat gather and reduce-scatter, and the functional
+collectives), and checks
+
+- that each count of :data:`SITUATIONS` is the measured count (a change of the package that changes a count
+  fails here, naming the situation);
+- that every number a marked passage states ("<number> [more] collective(s)/all-gather(s)/...") is a count of one
+  of its situations (or the difference of two: "two more"): a page whose number changed fails here, naming the
+  passage; its wording may change freely;
+- that every situation of the table is marked somewhere in the docs, and every marker names known situations;
+- that every such number phrase on a page lies in a marked passage, or in one marked
+  ``.. not a count: <reason>`` (a count of torchmetrics', an operation inside a larger call): a new count on a
+  page needs a marker.
+
+The package's own docstrings and comments that state counts (:data:`SOURCE_PASSAGES`) are still quoted here, word
+for word: markers there are the package's to add.
 
 Data are small and on the CPU: a sync's row fits the call header's first inline area (1536 bytes) unless the
 situation says otherwise: a ``large row`` outgrows it and fits once the group's area has grown (from its second
@@ -23,7 +33,6 @@ sync on), a ``huge row`` is larger than the largest area (128 KiB).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -390,25 +399,6 @@ _WRAPPERS = {
 }
 
 
-# ---------------------------------------------------------------------------------------------------- claims
-Count = "int | Callable[[int], int]"
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A passage of ``page`` (quoted; whitespace is not compared) and the counts it states.
-
-    ``counts`` maps a situation of :func:`_situations` to the number of collectives the passage says it issues,
-    or a function of the world size. ``"A + B"`` is the sum of two situations (a step: forward and backward);
-    ``"A [name]"`` counts only the calls of that name (``_all_gather_flat`` is the header exchange or a gather,
-    ``all_reduce``, ``_reduce_scatter_flat``, ``batch_isend_irecv`` one batch of the ring's point-to-point).
-    """
-
-    page: str
-    text: str
-    counts: dict[str, Any]
-
-
 def _steps(loss: str, n: int) -> dict[str, int]:
     """Forward + backward of the first and the third step of ``loss`` (the same count at every step)."""
     return {f"{loss} forward {i} + {loss} backward {i}": n for i in (1, 3)}
@@ -443,603 +433,415 @@ def _ring_forward(loss: str, w: int) -> int:
     return 1 + (w - 1) + (w if loss == "CLIPLoss" else 0) + 1
 
 
-CLAIMS: list[Claim] = [
-    # ------------------------------------------------------------------------------------ front pages
-    Claim("README.md", "spends about three collectives per state", _TORCHMETRICS),
-    Claim(
-        "README.md",
-        "collection syncs in one collective in the steady state, `cat` states included",
-        {"collection of 4 metrics sync 3": 1},
-    ),
-    Claim(
-        "README.md",
-        "`MultitaskWrapper`, `Running`) whose members sync in one collective in the steady state",
-        {"BootStrapper(8 copies) sync 3": 1, "Running(window 4) sync 3": 1, "collection of wrappers sync 3": 1},
-    ),
-    Claim(
-        "README.md", "confusion matrix: a whole collection in one collective", {"classification collection sync 3": 1}
-    ),
-    Claim("docs/index.rst", "it spends about three collectives per state", _TORCHMETRICS),
-    Claim(
-        "docs/index.rst",
-        "syncs in one collective in the steady state, ``cat`` states included (two when its states live on a GPU or "
-        "outgrow the call header's inline area, which grows to fit rows of up to 128 KiB)",
-        {"collection of 4 metrics sync 3": 1, **_SMALL_STEADY, **_LARGE_ROW, **_HUGE_ROW},
-    ),
-    Claim(
-        "docs/quickstart.rst",
-        "syncs them with one collective (three on the first step, which agrees on a sync plan)",
-        _DSOS,
-    ),
-    Claim(
-        "docs/quickstart.rst",
-        "``loss.backward()`` runs no collective of its own",
-        _each("MeanMetric(dist_sync_on_step=True) backward {}", 0),
-    ),
-    # ------------------------------------------------------------------------------------ the engine
-    Claim(
-        "docs/guide/architecture.rst",
-        "**one collective per sync in the steady state** for CPU states whose row fits the call header's inline "
-        "area (the group's: it grows to fit the rows its calls send, up to 128 KiB), two otherwise",
-        {**_SMALL_STEADY, **_LARGE_ROW, **_HUGE_ROW},
-    ),
-    Claim(
-        "docs/guide/architecture.rst",
-        "The row: metadata and data in one all-gather",
-        {**_SMALL_STEADY, "None reduction sync 3": 1},
-    ),
-    Claim(
-        "docs/guide/architecture.rst",
-        "every rank grows the plan alike and sends again, one more all-gather",
-        {"CatMetric growing sync 3": 2},
-    ),
-    Claim(
-        "docs/guide/architecture.rst",
-        "the ranks gather their full metadata in one all-gather",
-        {**_FIRST, **_CHANGE, "400 sum states sync 1": 3},
-    ),
-    Claim(
-        "docs/guide/architecture.rst",
-        "The first sync costs three collectives (the header, the metadata, the data); the first after a change of "
-        "signature two more than a steady sync, once.",
-        {**_FIRST, **_CHANGE},
-    ),
-    Claim("docs/guide/sync_engine.rst", "so on CPU/gloo a small sync is still **one collective**", _SMALL_STEADY),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "A larger CPU row is then one collective from its second sync on; a row over 128 KiB, or a sync of GPU "
-        "tensors, sends its row in a second collective on the data's device.",
-        {**_LARGE_ROW, **_HUGE_ROW},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "CPU states whose row fits its inline area (grown to fit rows up to 128 KiB). A larger row, or GPU states, "
-        "add one collective for the row",
-        {**_SMALL_STEADY, **_LARGE_ROW, **_HUGE_ROW},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "**The row — one all-gather of a byte row**",
-        {**_SMALL_STEADY, "None reduction sync 3": 1},
-    ),
-    Claim("docs/guide/sync_engine.rst", "this one collective is the whole sync", _SMALL_STEADY),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "packs again and sends the row in one more all-gather",
-        {**_OUTGROWN, "CatMetric sync 3": 1},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "one all-gather of every rank's metadata",
-        {**_FIRST, **_CHANGE, "400 sum states sync 1": 3},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "so the first sync costs three collectives (the call header, the metadata, the row)",
-        _FIRST,
-    ),
-    Claim("docs/guide/sync_engine.rst", "two collectives more than a steady sync, once", _CHANGE),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "* - only ``sum``/``mean``/``min``/``max`` states, any number of them - 1 (2 for a row over 128 KiB or on a "
-        "GPU)",
-        {"16 sum states sync 3": 1, "SumMetric sync 3": 1, "400 sum states sync 2": 1},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "* - with ``cat`` (list) states, or callable/``None`` reductions, whose sizes fit the room the plan has for "
-        "them - 1 (2 for a row over 128 KiB or on a GPU)",
-        {"CatMetric sync 3": 1, "None reduction sync 3": 1, **_LARGE_ROW, **_HUGE_ROW},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "* - a ``cat`` or gathered state that outgrew its room - one more",
-        {**_OUTGROWN, "CatMetric sync 3": 1},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "* - the first sync, or the first after the signature changed - 3",
-        {**_FIRST, **_CHANGE},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        r"* - ``sum``/``mean`` states of more than 64 KiB / ``W`` in total - \+ 1 ``all_reduce`` per (op, dtype)",
-        {"large sum state sync 3": 2, "large sum state sync 3 [all_reduce]": 1},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "* - a :class:`~torchmetrics_diff.MetricCollection` of ``n`` metrics - the same as one metric holding all "
-        "the states",
-        {"collection of 4 metrics sync 3": 1, "collection of 4 metrics sync 1": 3},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "(with :func:`~torchmetrics_diff.distributed.gather_all_tensors`, two collectives per state)",
-        {"MeanMetric dist_sync_fn=gather_all_tensors sync 3": 2 * 2},
-    ),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "(a barrier, a gather of the shapes — skipped for a scalar state —, a gather of the data)",
-        _TORCHMETRICS,
-    ),
-    Claim("docs/guide/sync_engine.rst", "- about 3 per state", {"torchmetrics CatMetric sync": 3}),
-    Claim("docs/guide/sync_engine.rst", "since the one collective is a gather", {"16 sum states sync 3": 1}),
-    Claim(
-        "docs/guide/sync_engine.rst",
-        "ride in the area from their second sync on: one collective",
-        {"16 cat states of 137 x 8 floats sync 2": 2, "16 cat states of 137 x 8 floats sync 3": 1},
-    ),
-    Claim(
-        "docs/guide/decisions.rst",
-        "The rows still travel in the sync's one collective",
-        {"list state, callable reduction sync 3": 1},
-    ),
-    Claim(
-        "docs/guide/decisions.rst",
-        "The cost is one collective more per call where the data cannot ride in the header",
-        {"CatMetric sync 3": 1, **_LARGE_ROW, **_HUGE_ROW},
-    ),
-    Claim("docs/guide/decisions.rst", "a small sync of CPU states is still one collective", _SMALL_STEADY),
-    Claim(
-        "docs/guide/decisions.rst",
-        "so that on CPU/gloo a sync is one collective; but every call",
-        {**_SMALL_STEADY, **_LARGE_ROW},
-    ),
-    Claim(
-        "docs/guide/decisions.rst",
-        "The first steady sync of a row larger than the area is two collectives (its header asks for the room), the "
-        "next ones one.",
-        {
-            "CatMetric large row sync 2": 2,
-            "CatMetric large row sync 3": 1,
-            "16 cat states of 137 x 8 floats sync 2": 2,
-            "16 cat states of 137 x 8 floats sync 3": 1,
-        },
-    ),
-    Claim(
-        "docs/guide/decisions.rst",
-        "the rows travel with everything else in one collective. A state that outgrows its room takes one more gather",
-        {"CatMetric sync 3": 1, "CatMetric growing sync 3": 2},
-    ),
-    Claim(
-        "docs/guide/metrics_as_losses.rst",
-        "on this first step three all-gathers — the call header, every rank's metadata (the row counts of the "
-        "``cat`` states among it), then the rows and the small ``sum`` state; from the next step on one",
-        {"global softmax forward 1": 3, "global softmax forward 2": 1},
-    ),
-    Claim(
-        "docs/guide/metrics_as_losses.rst",
-        "Syncing a metric's states adds no collective to ``backward``",
-        {"global softmax backward 1": 0, "global softmax backward 2": 0},
-    ),
-    Claim(
-        "docs/api/distributed.rst",
-        "validated identically everywhere so that a disagreement raises the same ``RuntimeError`` on every rank "
-        "instead of hanging, then one data collective",
-        {"all_gather_cat": 2, "gather_all_tensors": 2, "all_gather_cat grad=sync forward": 2},
-    ),
-    Claim(
-        "docs/api/distributed.rst",
-        "rides in the header's exchange instead, and every rank reduces the gathered rows itself in rank order (the "
-        "same bits on every rank): one collective in all.",
-        {"all_reduce": 1, "all_reduce huge": 2},
-    ),
-    # ------------------------------------------------------------------------------------ metrics pages
-    Claim(
-        "docs/metrics/index.rst",
-        "one collective per sync in the steady state, for a single metric or a whole",
-        {"SumMetric sync 3": 1, "classification collection sync 3": 1, "regression collection sync 3": 1},
-    ),
-    Claim(
-        "docs/metrics/classification.rst",
-        "syncs in **one collective** in the steady state (the tests count it; the first sync agrees the plan and "
-        "costs two more)",
-        {"classification collection sync 3": 1, "classification collection sync 1": 3},
-    ),
-    Claim("docs/metrics/classification.rst", "it rides in the same collective", {"collection with AUROC sync 3": 1}),
-    Claim(
-        "docs/metrics/regression.rst",
-        "a sync is one collective whatever the number of metrics",
-        {"regression collection sync 3": 1},
-    ),
-    Claim(
-        "docs/metrics/retrieval.rst",
-        "one collective gathers every rank's rows (steady state, while they fit the call header's inline area of up "
-        "to 128 KiB, two beyond; the first sync agrees the plan and costs two more)",
-        {"retrieval sync 3": 1, "retrieval large row sync 3": 1, "retrieval sync 1": 3},
-    ),
-    # ------------------------------------------------------------------------------------ losses
-    Claim(
-        "docs/losses/normalized.rst",
-        "One collective per call on the CPU: the all-reduce of two numbers (this rank's weighted sum and weight) "
-        "rides in the call header's exchange",
-        _NORMALIZED,
-    ),
-    Claim(
-        "docs/losses/normalized.rst",
-        "No communication in backward",
-        {**_each("TokenCrossEntropyLoss backward {}", 0), **_each("GlobalMeanLoss backward {}", 0)},
-    ),
-    Claim(
-        "docs/losses/normalized.rst",
-        "in one collective in the steady state as well (three on the first call, which agrees on a sync plan)",
-        {**_DSOS, "GlobalMeanLoss forward 3": 1},
-    ),
-    Claim(
-        "docs/losses/normalized.rst",
-        "which sums them over the ranks (on the CPU in one collective, its call header's exchange; leaving the block "
-        "costs two more, which gather every rank's check of the count)",
-        {
-            f"{loss} accumulate(items) {when}": n
-            for loss in ("GlobalMeanLoss", "TokenCrossEntropyLoss")
-            for when, n in (("enter", 1), ("exit", 2))
-        },
-    ),
-    Claim(
-        "docs/losses/normalized.rst",
-        "pass ``total=`` instead of the items: no collective at all.",
-        {"TokenCrossEntropyLoss accumulate(total=) enter": 0, "TokenCrossEntropyLoss accumulate(total=) exit": 0},
-    ),
-    Claim(
-        "docs/losses/barlow_twins.rst",
-        "ride in its exchange: one collective per call; larger ones, or on a GPU, two collectives per call",
-        {
-            **_each("BarlowTwinsLoss forward {}", 1),
-            **_each("BarlowTwinsLoss forward {} [all_reduce]", 0),
-            **_each("BarlowTwinsLoss D=200 forward {}", 2),
-            **_each("BarlowTwinsLoss D=200 forward {} [all_reduce]", 1),
-        },
-    ),
-    Claim("docs/losses/barlow_twins.rst", "and the backward needs none", _each("BarlowTwinsLoss backward {}", 0)),
-    Claim(
-        "docs/losses/vicreg.rst",
-        "ride in its exchange: one collective per call; larger ones, or on a GPU, two collectives per call",
-        {
-            **_each("VICRegLoss forward {}", 1),
-            **_each("VICRegLoss forward {} [all_reduce]", 0),
-            **_each("VICRegLoss D=200 forward {}", 2),
-            **_each("VICRegLoss D=200 forward {} [all_reduce]", 1),
-        },
-    ),
-    Claim("docs/losses/vicreg.rst", "and the backward needs none", _each("VICRegLoss backward {}", 0)),
-    Claim(
-        "docs/losses/dino.rst",
-        "ride in its exchange: one collective per update; else two collectives",
-        {
-            **_each("DINOCenter update {}", 1),
-            **_each("DINOCenter update {} [all_reduce]", 0),
-            **_each("DINOCenter D=20000 update {}", 2),
-            **_each("DINOCenter D=20000 update {} [all_reduce]", 1),
-        },
-    ),
-    Claim(
-        "docs/losses/clip.rst",
-        "in one all-gather, and every rank combines them",
-        {"CLIPLoss sharded forward 3": 4, "InfoNCELoss sharded forward 3": 3},
-    ),
-    Claim(
-        "docs/losses/clip.rst",
-        "two all-reduces of ``N`` numbers give the same log-sum-exps instead",
-        {
-            "CLIPLoss sharded, column reductions forward 3": 4 + 1,
-            "CLIPLoss sharded, column reductions forward 3 [all_reduce]": 2 + 1,
-            "CLIPLoss sharded, column reductions forward 3 [_all_gather_flat]": 2,
-            "CLIPLoss sharded, column reductions backward 3": 1,
-        },
-    ),
-    Claim(
-        "docs/losses/clip.rst",
-        "gather's backward) — no collective of its own",
-        {"CLIPLoss sharded backward 3": 1, "CLIPLoss sharded backward 3 [_reduce_scatter_flat]": 1},
-    ),
-    Claim(
-        "docs/losses/supcon.rst",
-        "they cost one more gather (its metadata exchange and its data) than the other contrastive losses, and the "
-        "replicated and sharded strategies one more header exchange (whether every rank gives labels; also without "
-        "labels)",
-        {
-            **{f"InfoNCELoss {s} forward 3": n for s, n in (("replicated", 2), ("sharded", 3))},
-            "InfoNCELoss ring forward 3": lambda w: _ring_forward("InfoNCELoss", w),
-            **{f"SupConLoss {s} with labels forward 3": n for s, n in (("replicated", 2 + 3), ("sharded", 3 + 3))},
-            "SupConLoss ring with labels forward 3": lambda w: _ring_forward("InfoNCELoss", w) + 2,
-            **{f"SupConLoss {s} without labels forward 3": n for s, n in (("replicated", 3), ("sharded", 4))},
-            "SupConLoss ring without labels forward 3": lambda w: _ring_forward("InfoNCELoss", w),
-        },
-    ),
-    Claim("docs/losses/infonce.rst", "both views travel in one gather", {"InfoNCELoss sharded forward 3": 3}),
-    Claim(
-        "docs/losses/siglip.rst",
-        "here one gather brings every caption",
-        {"SigLIPLoss sharded forward 3 [_all_gather_flat]": 2},
-    ),
-    # ------------------------------------------------------------------------------------ strategies (counts only)
-    Claim(
-        "docs/guide/strategies.rst",
-        "in one more all-gather of ``N`` numbers, or beyond 4 ranks, once the gathered ``W × N`` table would outgrow "
-        "64 KiB, in two more all-reduces of ``N`` numbers",
-        {
-            "CLIPLoss sharded forward 3": 4,
-            "SigLIPLoss sharded forward 3": 3,
-            "CLIPLoss sharded, column reductions forward 3": 3 + 2,
-        },
-    ),
-    Claim(
-        "docs/guide/strategies.rst",
-        "One all-reduce of the two numbers ``(Σ loss, count)``, without gradient",
-        {f"{loss} sharded forward 3 [all_reduce]": 1 for loss in _GATHERING},
-    ),
-    Claim(
-        "docs/guide/strategies.rst",
-        "``backward()`` runs one reduce-scatter",
-        {f"{loss} sharded backward 3 [_reduce_scatter_flat]": 1 for loss in _GATHERING},
-    ),
-    Claim(
-        "docs/guide/strategies.rst",
-        "* - collectives in forward - 2 all-gathers: the gather's metadata exchange (a small fixed-size row) and the "
-        "data - 3: the same 2 all-gathers, then one all-reduce of 2 numbers for the value",
-        {
-            **{f"{loss} replicated forward {i}": 2 for loss in _GATHERING for i in (1, 3)},
-            **{f"{loss} sharded forward {i}": 3 for loss in ("SigLIPLoss", "InfoNCELoss") for i in (1, 3)},
-        },
-    ),
-    Claim(
-        "docs/guide/strategies.rst",
-        "* - collectives in backward - none - 1 reduce-scatter of the gathered rows' gradients",
-        {
-            **{f"{loss} replicated backward 3": 0 for loss in _GATHERING},
-            **{f"{loss} sharded backward 3": 1 for loss in _GATHERING},
-        },
-    ),
-    Claim(
-        "docs/guide/strategies.rst",
-        "- 3 all-gathers for the labels (whether every rank gives them, then metadata and data); 1 without labels "
-        "- the same 3 (1)",
-        {
-            "SupConLoss replicated with labels forward 3": 2 + 3,
-            "SupConLoss replicated without labels forward 3": 2 + 1,
-            "SupConLoss sharded with labels forward 3": 3 + 3,
-            "SupConLoss sharded without labels forward 3": 3 + 1,
-        },
-    ),
-    Claim(
-        "docs/guide/strategies.rst",
-        "- none - 1 all-gather of ``N`` column statistics per rank; beyond 4 ranks and a 64 KiB ``W × N`` table, 2 "
-        "all-reduces of ``N`` numbers instead",
-        {
-            "CLIPLoss replicated forward 3": 2,
-            "CLIPLoss sharded forward 3": 3 + 1,
-            "CLIPLoss sharded, column reductions forward 3": 3 + 2,
-            "CLIPLoss sharded, column reductions forward 3 [all_reduce]": 1 + 2,
-        },
-    ),
-    Claim(
-        "docs/guide/strategies.rst",
-        "Replicated issues two collectives per step, sharded four (one more in forward, the reduce-scatter in "
-        "backward; CLIP five, with the all-gather of its column statistics, six where two all-reduces replace it)",
-        {
-            **_steps("CLIPLoss sharded, column reductions", 6),
-            **_steps("InfoNCELoss replicated", 2),
-            **_steps("SigLIPLoss replicated", 2),
-            **_steps("CLIPLoss replicated", 2),
-            **_steps("InfoNCELoss sharded", 4),
-            **_steps("SigLIPLoss sharded", 4),
-            **_steps("CLIPLoss sharded", 5),
-        },
-    ),
-    # ------------------------------------------------------------------------------------ the ring (counts only)
-    Claim(
-        "docs/guide/ring.rst",
-        "- after the ring - one all-reduce of ``(Σ loss, count)`` for the value",
-        {
-            **{f"{loss} ring forward {i} [all_reduce]": 1 for loss in _GATHERING for i in (1, 3)},
-            **{f"{loss} ring backward 3 [all_reduce]": 0 for loss in _GATHERING},
-        },
-    ),
-    Claim(
-        "docs/guide/ring.rst",
-        "from one all-reduce of two numbers",
-        {f"{loss} ring forward 3 [all_reduce]": 1 for loss in _GATHERING},
-    ),
-    Claim(
-        "docs/guide/ring.rst",
-        "one call-header exchange (one all-gather) of a few integers per rank",
-        {f"{loss} ring forward {i} [_all_gather_flat]": 1 for loss in _GATHERING for i in (1, 3)},
-    ),
-    Claim(
-        "docs/guide/ring.rst",
-        "SupCon with labels: one ``all_gather_cat`` of the ``N`` labels.",
-        {"SupConLoss ring with labels forward 3 [_all_gather_flat]": 1 + 2},
-    ),
-    Claim(
-        "docs/guide/ring.rst",
-        "``irecv`` the next block from ``r - 1``, one batch (overlapped with the tiles); CLIP also sends the block's "
-        "column statistics on after its tiles (``W`` messages of ``B`` numbers)",
-        {
-            **{
-                f"{loss} ring forward 3 [batch_isend_irecv]": (lambda w: w - 1)
-                for loss in ("SigLIPLoss", "InfoNCELoss")
-            },
-            "CLIPLoss ring forward 3 [batch_isend_irecv]": lambda w: (w - 1) + w,
-            **{f"{loss} ring forward 3": (lambda w, loss=loss: _ring_forward(loss, w)) for loss in _GATHERING},
-        },
-    ),
-    Claim(
-        "docs/guide/ring.rst",
-        "after the tiles one ``isend`` of the block's gradient to ``r + 1`` with the matching ``irecv`` from ``r - 1``",
-        {
-            f"{ring} backward 3": (lambda w: (w - 1) + w)
-            for ring in (*(f"{loss} ring" for loss in _GATHERING), "SupConLoss ring with labels")
-        },
-    ),
-    # ------------------------------------------------------------------------------------ docstrings
-    Claim(
-        "docs/losses/moe.rst",
-        "on the CPU it rides in the call header's exchange (statistics up to 128 KiB): one collective per call, two "
-        "on a GPU (the header's exchange, then the all-reduce). No communication in backward.",
-        {
-            **{f"LoadBalancingLoss L={n} forward {i}": 1 for n in (1, 3) for i in (1, 3)},
-            **{f"LoadBalancingLoss L={n} forward {i} [all_reduce]": 0 for n in (1, 3) for i in (1, 3)},
-            **{f"LoadBalancingLoss L={n} backward {i}": 0 for n in (1, 3) for i in (1, 3)},
-        },
-    ),
-    Claim(
-        "docs/losses/moe.rst",
-        "in the call header's exchange on the CPU (one collective per call)",
-        {**_each("RouterZLoss forward {}", 1), **_each("RouterZLoss forward {} [all_reduce]", 0)},
-    ),
-    Claim(
+# ------------------------------------------------------------------------------------------ the documented counts
+#: Each measured situation and the number of collectives the docs state for it (a function of the world size where
+#: it depends on it). ``"A + B"`` is the sum of two situations (a step: forward and backward); ``"A [name]"``
+#: counts only the calls of that name (``_all_gather_flat`` is the header exchange or a gather, ``all_reduce``,
+#: ``_reduce_scatter_flat``, ``batch_isend_irecv`` one batch of the ring's point-to-point); ``"A per state"`` is
+#: the count of ``A`` per state of its metric (two states).
+SITUATIONS: dict[str, Any] = {
+    "collection of 4 metrics sync 3": 1,
+    "BootStrapper(8 copies) sync 3": 1,
+    "Running(window 4) sync 3": 1,
+    "collection of wrappers sync 3": 1,
+    "classification collection sync 3": 1,
+    "MeanMetric(dist_sync_on_step=True) backward 1": 0,
+    "MeanMetric(dist_sync_on_step=True) backward 3": 0,
+    "None reduction sync 3": 1,
+    "400 sum states sync 1": 3,
+    "CatMetric sync 3": 1,
+    "16 sum states sync 3": 1,
+    "SumMetric sync 3": 1,
+    "400 sum states sync 2": 1,
+    "large sum state sync 3": 2,
+    "large sum state sync 3 [all_reduce]": 1,
+    "collection of 4 metrics sync 1": 3,
+    # two states: two collectives per state
+    "MeanMetric dist_sync_fn=gather_all_tensors sync 3 per state": 2,
+    "torchmetrics CatMetric sync": 3,
+    "16 cat states of 137 x 8 floats sync 2": 2,
+    "16 cat states of 137 x 8 floats sync 3": 1,
+    "list state, callable reduction sync 3": 1,
+    "CatMetric large row sync 2": 2,
+    "CatMetric large row sync 3": 1,
+    "global softmax forward 1": 3,
+    "global softmax forward 2": 1,
+    "global softmax backward 1": 0,
+    "global softmax backward 2": 0,
+    "all_gather_cat": 2,
+    "gather_all_tensors": 2,
+    "all_gather_cat grad=sync forward": 2,
+    "all_reduce": 1,
+    "all_reduce huge": 2,
+    "regression collection sync 3": 1,
+    "classification collection sync 1": 3,
+    "collection with AUROC sync 3": 1,
+    "retrieval sync 3": 1,
+    "retrieval large row sync 3": 1,
+    "retrieval sync 1": 3,
+    "TokenCrossEntropyLoss backward 1": 0,
+    "TokenCrossEntropyLoss backward 3": 0,
+    "GlobalMeanLoss backward 1": 0,
+    "GlobalMeanLoss backward 3": 0,
+    "GlobalMeanLoss forward 3": 1,
+    "GlobalMeanLoss accumulate(items) enter": 1,
+    "GlobalMeanLoss accumulate(items) exit": 2,
+    "TokenCrossEntropyLoss accumulate(items) enter": 1,
+    "TokenCrossEntropyLoss accumulate(items) exit": 2,
+    "TokenCrossEntropyLoss accumulate(total=) enter": 0,
+    "TokenCrossEntropyLoss accumulate(total=) exit": 0,
+    "BarlowTwinsLoss forward 1": 1,
+    "BarlowTwinsLoss forward 3": 1,
+    "BarlowTwinsLoss forward 1 [all_reduce]": 0,
+    "BarlowTwinsLoss forward 3 [all_reduce]": 0,
+    "BarlowTwinsLoss D=200 forward 1": 2,
+    "BarlowTwinsLoss D=200 forward 3": 2,
+    "BarlowTwinsLoss D=200 forward 1 [all_reduce]": 1,
+    "BarlowTwinsLoss D=200 forward 3 [all_reduce]": 1,
+    "BarlowTwinsLoss backward 1": 0,
+    "BarlowTwinsLoss backward 3": 0,
+    "VICRegLoss forward 1": 1,
+    "VICRegLoss forward 3": 1,
+    "VICRegLoss forward 1 [all_reduce]": 0,
+    "VICRegLoss forward 3 [all_reduce]": 0,
+    "VICRegLoss D=200 forward 1": 2,
+    "VICRegLoss D=200 forward 3": 2,
+    "VICRegLoss D=200 forward 1 [all_reduce]": 1,
+    "VICRegLoss D=200 forward 3 [all_reduce]": 1,
+    "VICRegLoss backward 1": 0,
+    "VICRegLoss backward 3": 0,
+    "DINOCenter update 1": 1,
+    "DINOCenter update 3": 1,
+    "DINOCenter update 1 [all_reduce]": 0,
+    "DINOCenter update 3 [all_reduce]": 0,
+    "DINOCenter D=20000 update 1": 2,
+    "DINOCenter D=20000 update 3": 2,
+    "DINOCenter D=20000 update 1 [all_reduce]": 1,
+    "DINOCenter D=20000 update 3 [all_reduce]": 1,
+    "CLIPLoss sharded forward 3": 4,
+    "InfoNCELoss sharded forward 3": 3,
+    "CLIPLoss sharded, column reductions forward 3": 5,
+    "CLIPLoss sharded, column reductions forward 3 [all_reduce]": 3,
+    "CLIPLoss sharded, column reductions forward 3 [_all_gather_flat]": 2,
+    "CLIPLoss sharded, column reductions backward 3": 1,
+    "CLIPLoss sharded backward 3": 1,
+    "CLIPLoss sharded backward 3 [_reduce_scatter_flat]": 1,
+    "InfoNCELoss replicated forward 3": 2,
+    "InfoNCELoss ring forward 3": lambda w: _ring_forward("InfoNCELoss", w),
+    "SupConLoss replicated with labels forward 3": 5,
+    "SupConLoss sharded with labels forward 3": 6,
+    "SupConLoss ring with labels forward 3": lambda w: _ring_forward("InfoNCELoss", w) + 2,
+    "SupConLoss replicated without labels forward 3": 3,
+    "SupConLoss sharded without labels forward 3": 4,
+    "SupConLoss ring without labels forward 3": lambda w: _ring_forward("InfoNCELoss", w),
+    "SigLIPLoss sharded forward 3": 3,
+    "CLIPLoss sharded forward 3 [all_reduce]": 1,
+    "SigLIPLoss sharded forward 3 [all_reduce]": 1,
+    "InfoNCELoss sharded forward 3 [all_reduce]": 1,
+    "SigLIPLoss sharded backward 3 [_reduce_scatter_flat]": 1,
+    "InfoNCELoss sharded backward 3 [_reduce_scatter_flat]": 1,
+    "CLIPLoss replicated forward 1": 2,
+    "CLIPLoss replicated forward 3": 2,
+    "SigLIPLoss replicated forward 1": 2,
+    "SigLIPLoss replicated forward 3": 2,
+    "InfoNCELoss replicated forward 1": 2,
+    "SigLIPLoss sharded forward 1": 3,
+    "InfoNCELoss sharded forward 1": 3,
+    "CLIPLoss replicated backward 3": 0,
+    "SigLIPLoss replicated backward 3": 0,
+    "InfoNCELoss replicated backward 3": 0,
+    "SigLIPLoss sharded backward 3": 1,
+    "InfoNCELoss sharded backward 3": 1,
+    "CLIPLoss sharded, column reductions forward 1 + CLIPLoss sharded, column reductions backward 1": 6,
+    "CLIPLoss sharded, column reductions forward 3 + CLIPLoss sharded, column reductions backward 3": 6,
+    "InfoNCELoss replicated forward 1 + InfoNCELoss replicated backward 1": 2,
+    "InfoNCELoss replicated forward 3 + InfoNCELoss replicated backward 3": 2,
+    "SigLIPLoss replicated forward 1 + SigLIPLoss replicated backward 1": 2,
+    "SigLIPLoss replicated forward 3 + SigLIPLoss replicated backward 3": 2,
+    "CLIPLoss replicated forward 1 + CLIPLoss replicated backward 1": 2,
+    "CLIPLoss replicated forward 3 + CLIPLoss replicated backward 3": 2,
+    "InfoNCELoss sharded forward 1 + InfoNCELoss sharded backward 1": 4,
+    "InfoNCELoss sharded forward 3 + InfoNCELoss sharded backward 3": 4,
+    "SigLIPLoss sharded forward 1 + SigLIPLoss sharded backward 1": 4,
+    "SigLIPLoss sharded forward 3 + SigLIPLoss sharded backward 3": 4,
+    "CLIPLoss sharded forward 1 + CLIPLoss sharded backward 1": 5,
+    "CLIPLoss sharded forward 3 + CLIPLoss sharded backward 3": 5,
+    "CLIPLoss ring forward 1 [all_reduce]": 1,
+    "CLIPLoss ring forward 3 [all_reduce]": 1,
+    "SigLIPLoss ring forward 1 [all_reduce]": 1,
+    "SigLIPLoss ring forward 3 [all_reduce]": 1,
+    "InfoNCELoss ring forward 1 [all_reduce]": 1,
+    "InfoNCELoss ring forward 3 [all_reduce]": 1,
+    "CLIPLoss ring backward 3 [all_reduce]": 0,
+    "SigLIPLoss ring backward 3 [all_reduce]": 0,
+    "InfoNCELoss ring backward 3 [all_reduce]": 0,
+    "CLIPLoss ring forward 1 [_all_gather_flat]": 1,
+    "CLIPLoss ring forward 3 [_all_gather_flat]": 1,
+    "SigLIPLoss ring forward 1 [_all_gather_flat]": 1,
+    "SigLIPLoss ring forward 3 [_all_gather_flat]": 1,
+    "InfoNCELoss ring forward 1 [_all_gather_flat]": 1,
+    "InfoNCELoss ring forward 3 [_all_gather_flat]": 1,
+    "SupConLoss ring with labels forward 3 [_all_gather_flat]": 3,
+    "SigLIPLoss ring forward 3 [batch_isend_irecv]": lambda w: w - 1,
+    "InfoNCELoss ring forward 3 [batch_isend_irecv]": lambda w: w - 1,
+    "CLIPLoss ring forward 3 [batch_isend_irecv]": lambda w: (w - 1) + w,
+    "CLIPLoss ring forward 3": lambda w: _ring_forward("CLIPLoss", w),
+    "SigLIPLoss ring forward 3": lambda w: _ring_forward("SigLIPLoss", w),
+    "CLIPLoss ring backward 3": lambda w: (w - 1) + w,
+    "SigLIPLoss ring backward 3": lambda w: (w - 1) + w,
+    "InfoNCELoss ring backward 3": lambda w: (w - 1) + w,
+    "SupConLoss ring with labels backward 3": lambda w: (w - 1) + w,
+    "LoadBalancingLoss L=1 forward 1": 1,
+    "LoadBalancingLoss L=1 forward 3": 1,
+    "LoadBalancingLoss L=3 forward 1": 1,
+    "LoadBalancingLoss L=3 forward 3": 1,
+    "LoadBalancingLoss L=1 forward 1 [all_reduce]": 0,
+    "LoadBalancingLoss L=1 forward 3 [all_reduce]": 0,
+    "LoadBalancingLoss L=3 forward 1 [all_reduce]": 0,
+    "LoadBalancingLoss L=3 forward 3 [all_reduce]": 0,
+    "LoadBalancingLoss L=1 backward 1": 0,
+    "LoadBalancingLoss L=1 backward 3": 0,
+    "LoadBalancingLoss L=3 backward 1": 0,
+    "LoadBalancingLoss L=3 backward 3": 0,
+    "RouterZLoss forward 1": 1,
+    "RouterZLoss forward 3": 1,
+    "RouterZLoss forward 1 [all_reduce]": 0,
+    "RouterZLoss forward 3 [all_reduce]": 0,
+    "SumMetric sync 1": 3,
+    "MeanSquaredError(dist_sync_on_step=True) forward 3": 1,
+    "BootStrapper(8 copies) forward 3": 1,
+    "collection of wrappers forward 3": 1,
+}
+
+#: Named groups of situations, for the passages that describe a whole kind of call.
+GROUPS: dict[str, dict[str, Any]] = {
+    "torchmetrics per state": _TORCHMETRICS,
+    "sync steady": _SMALL_STEADY,
+    "sync first": _FIRST,
+    "sync large row": _LARGE_ROW,
+    "sync huge row": _HUGE_ROW,
+    "sync signature change": _CHANGE,
+    "sync outgrown": _OUTGROWN,
+    "forward dist_sync_on_step": _DSOS,
+    "normalized losses": _NORMALIZED,
+    "wrappers steady": _WRAPPERS,
+}
+
+#: Passages of the package's sources (docstrings, comments), quoted, with the keys they state.
+SOURCE_PASSAGES: list[tuple[str, str, list[str]]] = [
+    (
         "torchmetrics_diff/distributed/_sync/engine.py",
-        "So a sync of small CPU states costs one collective in the steady state, cat states included, three when the "
-        "ranks agree on a plan.",
-        {**_SMALL_STEADY, **_FIRST},
+        "So a sync of small CPU states costs one collective",
+        ["sync steady", "sync first"],
     ),
-    Claim(
+    (
         "torchmetrics_diff/distributed/_sync/plan.py",
         "a fresh plan costs two collectives more.",
-        {"SumMetric sync 1": 3, "SumMetric sync 3": 1},
+        ["SumMetric sync 1", "SumMetric sync 3"],
     ),
-    Claim(
+    (
         "torchmetrics_diff/classification/__init__.py",
         "(one collective for a whole collection)",
-        {"classification collection sync 3": 1},
+        ["classification collection sync 3"],
     ),
-    Claim(
+    (
         "torchmetrics_diff/regression/metrics.py",
-        "one collective per step (every state is a ``sum`` state)",
-        {"MeanSquaredError(dist_sync_on_step=True) forward 3": 1},
-    ),
-    Claim(
-        "docs/guide/decisions.rst",
-        "they stay ``sum`` states (one collective for a whole collection)",
-        {"classification collection sync 3": 1},
-    ),
-    # ------------------------------------------------------------------------------------ wrappers
-    Claim(
-        "docs/metrics/wrappers.rst",
-        "holding wrappers and metrics sync in **one collective** in the steady state (once the ranks agreed on the "
-        "states' layout; a CPU row larger than the call header's largest inline area, 128 KiB, or states on a GPU, "
-        "take one more, as for any metric",
-        {**_WRAPPERS, **_LARGE_ROW, **_HUGE_ROW},
-    ),
-    Claim(
-        "docs/metrics/wrappers.rst",
-        "are synced together, in one collective, between their ``update`` and their value",
-        {"BootStrapper(8 copies) forward 3": 1, "collection of wrappers forward 3": 1},
-    ),
-    Claim(
-        "docs/metrics/wrappers.rst",
-        "and a collection of three wrappers and a metric each sync in one collective per call",
-        _WRAPPERS,
-    ),
-    Claim("docs/guide/decisions.rst", "All inner states sync in one collective", _WRAPPERS),
-    Claim(
-        "docs/guide/decisions.rst",
-        "all synced in the one collective, then merged",
-        {"Running(window 4) sync 3": 1},
-    ),
-    Claim(
-        "docs/guide/decisions.rst",
-        "its members join the wrapper's one collective; its ``forward`` runs as the collection's own (one collective "
-        "for the collection)",
-        {"collection of wrappers sync 3": 1, "collection of 4 metrics sync 3": 1},
+        "one collective per step (every state is a ``sum``",
+        ["MeanSquaredError(dist_sync_on_step=True) forward 3"],
     ),
 ]
 
-# Passages that read like a count of collectives but state none of this package's calls.
-NOT_COUNTS: dict[str, tuple[str, str]] = {
-    "docs/guide/architecture.rst": (
-        "packing the views of a rank's rows for one gather",
-        "which views share a gather, not how many collectives a call issues",
-    ),
-    "docs/guide/architecture.rst ": (
-        "Two views gathered in two collectives may see",
-        "a rule for writing a loss, not a count of the package",
-    ),
-    "docs/api/functional.rst": (
-        "all views travel in one collective",
-        "views share the data collective; a call's counts are the strategies' (checked above)",
-    ),
-    "docs/guide/sync_engine.rst": (
-        "one all-gather of the same size on every rank",
-        "the header exchange itself, part of every count above",
-    ),
-    "docs/guide/sync_engine.rst ": (
-        "between two collectives runs two to three times slower",
-        "timing",
-    ),
-    "docs/losses/moe.rst": (
-        "a hand-rolled loss with one all-reduce per layer pays it",
-        "the benchmark's hand-rolled baseline, not a call of the package",
-    ),
-}
 
+def _counts_of(key: str) -> dict[str, Any]:
+    """The situations (and their documented counts) a marker key stands for."""
+    if key in GROUPS:
+        return GROUPS[key]
+    return {key: SITUATIONS[key]}
+
+
+def _all_situations() -> dict[str, Any]:
+    every = dict(SITUATIONS)
+    for group in GROUPS.values():
+        for name, count in group.items():
+            assert every.setdefault(name, count) == count or callable(count), f"{name}: two documented counts"
+    return every
+
+
+# ------------------------------------------------------------------------------------------------ the markers
 _COUNT_WORDS = r"(?:one|two|three|four|five|six|seven|eight|nine|ten|\d+)"
 _COLLECTIVE_WORDS = r"(?:collectives?|all-gathers?|all-reduces?|all_reduces?|reduce-scatters?|gathers?)"
-STATED_COUNT = re.compile(rf"\b{_COUNT_WORDS}(?: more)? {_COLLECTIVE_WORDS}\b", re.IGNORECASE)
+STATED_COUNT = re.compile(rf"\b({_COUNT_WORDS})(\s+more)?\s+{_COLLECTIVE_WORDS}\b", re.IGNORECASE)
+_NUMBERS = {
+    w: i for i, w in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"])
+}
+_RST_MARKER = re.compile(r"^(?P<indent> *)\.\. (?P<kind>count|not a count): ?(?P<body>.*)$")
+_MD_MARKER = re.compile(r"^<!-- (?P<kind>count|not a count): (?P<body>.*?) -->$")
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
-def _normalized(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _page(page: str) -> str:
-    return _normalized((ROOT / page).read_text(encoding="utf-8"))
-
-
-def _pages_to_scan() -> list[str]:
-    docs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.rst"))
+def _pages() -> list[str]:
+    docs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.rst") if "_build" not in p.parts)
     return ["README.md", *docs]
 
 
+class Passage:
+    """A marked passage: its page and line, the marker's keys (or its reason), and its text."""
+
+    def __init__(self, page: str, line: int, kind: str, body: str, text: str) -> None:
+        self.page, self.line, self.kind, self.text = page, line, kind, text
+        self.keys = [k.strip() for k in body.split(";") if k.strip()] if kind == "count" else []
+        self.reason = body if kind == "not a count" else ""
+
+    def __repr__(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def passages(page: str) -> tuple[list[Passage], list[tuple[int, int]]]:
+    """The marked passages of ``page`` and the character spans they cover.
+
+    A marker covers the block that follows it: up to the first blank line after which a line is indented no
+    deeper than the marker (a paragraph, a list item, a whole list-table).
+    """
+    raw = (ROOT / page).read_text(encoding="utf-8")
+    lines = raw.split("\n")
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    found, spans = [], []
+    i = 0
+    while i < len(lines):
+        m = (_MD_MARKER if page.endswith(".md") else _RST_MARKER).match(lines[i])
+        if m is None:
+            i += 1
+            continue
+        indent = len(m.groupdict().get("indent") or "")
+        body, j = m["body"], i + 1
+        while not page.endswith(".md") and j < len(lines) and lines[j].strip() and _indent(lines[j]) > indent:
+            body += " " + lines[j].strip()  # the marker's continuation lines
+            j += 1
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        start, end, seen_blank = j, j, False
+        while end < len(lines):
+            line = lines[end]
+            if not line.strip():
+                seen_blank = True
+            elif (seen_blank and _indent(line) <= indent) or (
+                page.endswith(".md") and (_MD_MARKER.match(line) or line.startswith("#"))
+            ):
+                break
+            end += 1
+        text = raw[offsets[start] : offsets[end]]
+        found.append(Passage(page, start + 1, m["kind"], body, text))
+        spans.append((offsets[start], offsets[end]))
+        i = end
+    return found, spans
+
+
+def _every_passage() -> list[Passage]:
+    return [p for page in _pages() for p in passages(page)[0]]
+
+
+def _allowed(counts: dict[str, Any]) -> set[int]:
+    """The numbers a passage about these situations may state: their counts at W = 2 and 3, and differences."""
+    values = set()
+    for count in counts.values():
+        values |= {count(2), count(3)} if callable(count) else {count}
+    return values | {a - b for a in values for b in values if a > b}
+
+
 # ----------------------------------------------------------------------------------------------------- tests
-@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: f"{c.page}: {c.text[:50]}")
-def test_the_passage_is_on_its_page(claim: Claim) -> None:
-    """The table quotes the page as it is: a page whose count changed must change the table (and the test)."""
-    assert _normalized(claim.text) in _page(claim.page), (
-        f"{claim.page} no longer says {claim.text!r}: update CLAIMS in this file with the page's new wording and "
-        "the counts it states"
+def test_every_marker_names_known_situations() -> None:
+    unknown = [f"{p}: {k!r}" for p in _every_passage() for k in p.keys if k not in GROUPS and k not in SITUATIONS]
+    assert not unknown, "markers naming no situation of SITUATIONS or GROUPS:\n" + "\n".join(unknown)
+    empty = [repr(p) for p in _every_passage() if p.kind == "count" and not p.keys]
+    assert not empty, f"count markers without a key: {empty}"
+
+
+def test_every_situation_is_documented() -> None:
+    """Every situation of the table is named by a marker (directly or through a group) or a source passage."""
+    named = set()
+    for key in [k for p in _every_passage() for k in p.keys] + [k for _, _, ks in SOURCE_PASSAGES for k in ks]:
+        named |= set(_counts_of(key)) | {key}
+    missing = sorted(set(SITUATIONS) - named) + sorted(set(GROUPS) - named)
+    assert not missing, "situations no page states (mark the passage, or drop them from SITUATIONS):\n" + "\n".join(
+        missing
     )
 
 
-def test_every_stated_count_is_checked() -> None:
-    """Every "<number> collective(s)/all-gather(s)/..." on a page lies inside a passage of CLAIMS or NOT_COUNTS."""
-    covered: dict[str, list[str]] = {}
-    for claim in CLAIMS:
-        covered.setdefault(claim.page, []).append(_normalized(claim.text))
-    for page, (text, _why) in NOT_COUNTS.items():
-        covered.setdefault(page.strip(), []).append(_normalized(text))
-    unchecked = []
-    for page in _pages_to_scan():
-        body = _page(page)
-        spans = [(m.start(), m.end()) for quoted in covered.get(page, []) for m in re.finditer(re.escape(quoted), body)]
-        for hit in STATED_COUNT.finditer(body):
+def test_every_stated_number_is_a_count_of_its_situations() -> None:
+    """Each "<number> collective(s)" of a marked passage is a documented count of one of the passage's situations
+    (or the difference of two, for "N more"); a passage whose numbers disagree with the table fails."""
+    wrong = []
+    for passage in _every_passage():
+        if passage.kind != "count" or any(k not in GROUPS and k not in SITUATIONS for k in passage.keys):
+            continue
+        counts: dict[str, Any] = {}
+        for key in passage.keys:
+            counts.update(_counts_of(key))
+        allowed = _allowed(counts)
+        for hit in STATED_COUNT.finditer(passage.text):
+            word = hit.group(1).lower()
+            number = int(word) if word.isdigit() else _NUMBERS[word]
+            if number not in allowed:
+                wrong.append(
+                    f"{passage}: {' '.join(hit.group(0).split())!r} but its situations count {sorted(allowed)}"
+                )
+    assert not wrong, "numbers the marked situations do not have:\n" + "\n".join(wrong)
+
+
+def test_every_stated_count_is_marked() -> None:
+    """Every "<number> collective(s)/all-gather(s)/..." on a page lies in a passage marked ``count`` or ``not a
+    count``."""
+    unmarked = []
+    for page in _pages():
+        raw = (ROOT / page).read_text(encoding="utf-8")
+        _, spans = passages(page)
+        for hit in STATED_COUNT.finditer(raw):
             if not any(a <= hit.start() and hit.end() <= b for a, b in spans):
-                unchecked.append(f"{page}: ...{body[max(0, hit.start() - 60) : hit.end() + 30]}...")
-    assert not unchecked, "counts of collectives no test checks (add them to CLAIMS):\n" + "\n".join(unchecked)
+                line = raw.count("\n", 0, hit.start()) + 1
+                unmarked.append(f"{page}:{line}: {' '.join(hit.group(0).split())!r}")
+    assert not unmarked, "counts of collectives no marker ties to a situation (add `.. count: <key>`):\n" + "\n".join(
+        unmarked
+    )
+
+
+def test_not_a_count_markers_say_why() -> None:
+    bare = [repr(p) for p in _every_passage() if p.kind == "not a count" and not p.reason.strip()]
+    assert not bare, f"`not a count` markers without a reason: {bare}"
+
+
+@pytest.mark.parametrize(
+    ("page", "text", "keys"), SOURCE_PASSAGES, ids=[f"{p}: {t[:40]}" for p, t, _ in SOURCE_PASSAGES]
+)
+def test_the_source_passage_is_in_its_file(page: str, text: str, keys: list[str]) -> None:
+    """The package's own statements of counts, quoted (see the module docstring)."""
+    body = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+    assert " ".join(text.split()) in body, f"{page} no longer says {text!r}: update SOURCE_PASSAGES"
+    allowed = _allowed({n: c for k in keys for n, c in _counts_of(k).items()})
+    for hit in STATED_COUNT.finditer(text):
+        word = hit.group(1).lower()
+        assert (int(word) if word.isdigit() else _NUMBERS[word]) in allowed, (page, hit.group(0), allowed)
+
+
+def test_a_wrong_number_in_a_marked_passage_is_caught() -> None:
+    """The check reads the numbers, not the words: "two collectives" where the situation counts one fails."""
+    allowed = _allowed(_counts_of("sync steady"))
+    assert 1 in allowed and 2 not in allowed
+    text = "so on CPU/gloo a small sync is still **two collectives**"
+    assert [int(_NUMBERS[h.group(1)]) for h in STATED_COUNT.finditer(text)] == [2]
 
 
 def _measure(counts: dict[str, list[str]], key: str, world: int) -> int | None:
-    """The count of ``key`` (see :class:`Claim`); ``None`` for a situation of the metrics at W = 3 (not run)."""
+    """The count of ``key`` (see :data:`SITUATIONS`); ``None`` for a situation of the metrics at W = 3 (not run)."""
+    if key.endswith(" per state"):  # the situations' metrics have 2 states (MeanMetric)
+        total = _measure(counts, key.removesuffix(" per state"), world)
+        return None if total is None else total // 2
     total = 0
     for part in key.split(" + "):
         only = None
@@ -1064,13 +866,12 @@ def measured(request: pytest.FixtureRequest) -> tuple[int, dict[str, list[str]]]
 
 
 def test_every_documented_count_is_the_measured_count(measured: tuple[int, dict[str, list[str]]]) -> None:
-    """Each count a passage states equals the count taken from the backend in the situation it describes."""
+    """Each count of the table equals the count taken from the backend in the situation it names."""
     world, counts = measured
     wrong = []
-    for claim in CLAIMS:
-        for key, stated in claim.counts.items():
-            expected = stated(world) if callable(stated) else stated
-            got = _measure(counts, key, world)
-            if got is not None and got != expected:
-                wrong.append(f"{claim.page}: {claim.text!r}\n    {key}: the page says {expected}, measured {got}")
+    for key, stated in _all_situations().items():
+        expected = stated(world) if callable(stated) else stated
+        got = _measure(counts, key, world)
+        if got is not None and got != expected:
+            wrong.append(f"{key}: the docs say {expected}, measured {got}")
     assert not wrong, f"W={world}:\n" + "\n".join(wrong)

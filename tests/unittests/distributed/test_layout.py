@@ -219,7 +219,7 @@ def test_a_rank_leaving_the_plan_raises_or_resyncs_on_every_rank(world_size: int
         if rank == 1:
             assert failed == "ValueError: update blew up on this rank", f"rank 1: {failed}"
         else:
-            assert failed is not None and failed.startswith("RuntimeError") and "rank(s) [1]" in failed, failed
+            assert failed is not None and failed.startswith("PeerFailedError") and "rank(s) [1]" in failed, failed
 
 
 # --------------------------------------------------------------------- capacities shrink, buffers grow elsewhere

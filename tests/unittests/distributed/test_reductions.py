@@ -336,7 +336,8 @@ def test_single_rank_sync_is_the_states_themselves() -> None:
         for name, fx in metric._reductions.items():
             value = getattr(metric, name)
             if isinstance(value, list):
-                assert all(torch.equal(g, w) for g, w in zip(value, before[name]))
+                assert len(value) == len(before[name]) > 0, (name, len(value), len(before[name]))
+                assert all(torch.equal(g, w) for g, w in zip(value, before[name])), name
                 continue
             assert torch.equal(value, before[name]), name
             assert torch.equal(R.reduce_ranks(fx, [before[name]]), before[name]), name

@@ -713,7 +713,8 @@ BAD_INPUTS = [
     ),
     pytest.param(
         lambda: token_cross_entropy(_t(2, 3, 4), torch.zeros(2, 4, dtype=torch.long)),
-        r"`target` must have the shape of `logits` without its last dimension \(2, 3\); got \(2, 4\)",
+        r"`target` must have the shape of `logits` without its class dimension: `logits` of shape \(2, 3, 4\) read "
+        r"as \(B, T, C\) \(class_dim=-1\) needs `target` of shape \(2, 3\); got \(2, 4\)",
         id="ce_target_shape",
     ),
     pytest.param(

@@ -1,4 +1,4 @@
-"""DINO's teacher center over the global batch: ``functional._dino`` and ``losses.DINOCenter``.
+"""DINO's teacher center over the global batch: ``functional._dino``, ``_global.dino`` and ``losses.DINOCenter``.
 
 The reference is the paper's update written out in float64 on one process: ``c ← m·c + (1 - m)·mean`` with the
 mean over the concatenated rows of every rank, a loop over the steps. Under W = 1, 2, 3 ranks with uneven and
@@ -7,7 +7,7 @@ is one collective (the all-reduce of small CPU sums rides in the call header's e
 ``state_dict`` round-trips and the restored center continues identically; ranks that disagree (``D``, a bad input
 on one rank) raise on every rank.
 
-Package modules covered: ``functional._dino``, ``losses.self_supervised`` (``DINOCenter``).
+Package modules covered: ``functional._dino``, ``_global.dino``, ``losses.self_supervised`` (``DINOCenter``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
   steady state without ``validate_args`` (one, the index check, with it).
 - Bad inputs raise naming the argument; a bad input or a disagreement on one rank raises on every rank.
 
-Package modules covered: ``functional/_moe.py``, ``losses/moe.py``.
+Package modules covered: ``functional/_moe.py``, ``_global/moe.py``, ``losses/moe.py``.
 """
 
 from __future__ import annotations

@@ -207,12 +207,13 @@ def _failure_body(rank: int, world_size: int, what: str) -> tuple[str, str]:
 def test_ring_bad_input_on_one_rank_raises_on_every_rank(what: str) -> None:
     out = run_distributed(_failure_body, 2, what, timeout=60.0)
     if what == "shape":
-        assert out[1][0] == "ValueError" and "`text_embeds`" in out[1][1], out
-        assert out[0][0] == "RuntimeError" and "rank 1" in out[0][1], out
+        # ShapeMismatchError: a ValueError and a RuntimeError (the type's name is what crosses the processes)
+        assert out[1][0] == "ShapeMismatchError" and "`text_embeds`" in out[1][1], out
+        assert out[0][0] == "PeerFailedError" and "rank 1" in out[0][1], out
     else:
         needle = "embedding width" if what == "width" else "dtype (rank 0: torch.float64, rank 1: torch.float32)"
         for kind, message in out:
-            assert kind == "RuntimeError" and needle in message, out
+            assert kind == "RanksDisagreeError" and needle in message, out
 
 
 def _labels_on_one_rank_body(rank: int, world_size: int) -> tuple[str, str]:
@@ -227,7 +228,7 @@ def _labels_on_one_rank_body(rank: int, world_size: int) -> tuple[str, str]:
 def test_ring_supcon_labels_on_some_ranks_only_raises_on_every_rank() -> None:
     out = run_distributed(_labels_on_one_rank_body, 2, timeout=60.0)
     for kind, message in out:
-        assert kind == "RuntimeError" and "whether labels are given (rank 0: 1, rank 1: 0)" in message, out
+        assert kind == "RanksDisagreeError" and "whether labels are given (rank 0: 1, rank 1: 0)" in message, out
 
 
 # ----------------------------------------------------------------------------------- single process

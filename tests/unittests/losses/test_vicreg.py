@@ -1,4 +1,4 @@
-"""VICReg over the global batch: ``functional._vicreg`` and ``losses.VICRegLoss``.
+"""VICReg over the global batch: ``functional._vicreg``, ``_global.vicreg`` and ``losses.VICRegLoss``.
 
 - The reference is the paper's Algorithm 1 written out in float64 (mean squared difference of the views; the
   unbiased per-feature variance under a hinge at 1; the squared off-diagonal covariances over ``D``; each summed
@@ -13,7 +13,7 @@
   exchange), none in backward, and no host
   round trip; ranks that disagree (``D``, a bad input on one rank) raise on every rank.
 
-Package modules covered: ``functional._vicreg``, ``losses.self_supervised`` (``VICRegLoss``).
+Package modules covered: ``functional._vicreg``, ``_global.vicreg``, ``losses.self_supervised`` (``VICRegLoss``).
 """
 
 from __future__ import annotations

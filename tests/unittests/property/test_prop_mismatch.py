@@ -42,6 +42,8 @@ COLLECTIVE_KINDS = {
     "reduce": ("ndim", "dtype", "shape", "op", "grad", "sync_requires_grad", "bad_grad", "bad_op", "bad_dtype"),
 }
 LOCAL_KINDS = ("bad_grad", "bad_op", "not_tensor", "bad_dtype", "fail_cat")
+#: what the other ranks raise: for a rank that failed on its own (a local kind), for a disagreement
+PEER_ERRORS = ("PeerFailedError", "RanksDisagreeError")
 SYNC_KINDS = ("dtype", "shape", "zero_d", "missing", "extra", "order", "reduction", "fail_cat", "bad_dtype")
 _OTHER_DTYPE = {"float32": "float64", "float64": "int64", "int64": "float16", "float16": "bfloat16", "bool": "int64"}
 
@@ -151,12 +153,12 @@ def _assert_every_rank_raised(world: int, cases: list, per_rank: list, kind_of: 
         kind, odd = kind_of(case), case.odd
         for rank, (err, message) in enumerate(outcomes):
             if kind in LOCAL_KINDS and rank == odd:
-                if err in ("no error", "RuntimeError") and kind != "fail_cat":
+                if err in ("no error", "RuntimeError", *PEER_ERRORS) and kind != "fail_cat":
                     problems.append(f"case {i} rank {rank} (odd): {err} {message[:200]!r}, expected its own error")
                 elif err == "no error":
                     problems.append(f"case {i} rank {rank} (odd): no error")
-            elif err != "RuntimeError":
-                problems.append(f"case {i} rank {rank}: {err} {message[:300]!r}, expected RuntimeError")
+            elif err != (want := PEER_ERRORS[kind not in LOCAL_KINDS]):
+                problems.append(f"case {i} rank {rank}: {err} {message[:300]!r}, expected {want}")
             elif kind in LOCAL_KINDS and not (str(odd) in message and "raised" in message):
                 problems.append(f"case {i} rank {rank}: message {message[:300]!r} does not name rank {odd}")
             elif (needle := needle_of(case)) and needle not in message:

@@ -154,7 +154,7 @@ def _bad_argument_body(rank: int, world: int) -> list:
                 )
             )
             out.append((what, status, str(message)[:300], round(time.monotonic() - start, 1)))
-            if status == "RuntimeError" and "failed" in message:
+            if status == "CollectiveError" and "failed" in message:
                 break  # the subgroup timed out: it is broken now
     finally:
         dist.barrier()  # on the default group: rank 1 must not tear the subgroup down under rank 0
@@ -174,7 +174,7 @@ def test_bad_argument_on_one_rank_raises_everywhere_without_waiting() -> None:
     results = run_distributed(_bad_argument_body, 2, timeout=60)
     problems = []
     for what, status, message, seconds in results[0]:
-        if status != "RuntimeError" or "rank(s) [1]" not in message or seconds > 2:
+        if status != "PeerFailedError" or "rank(s) [1]" not in message or seconds > 2:
             problems.append(f"rank 0, {what} on rank 1: {status} after {seconds}s: {message!r}")
     for what, status, message, _ in results[1]:
         if status != "ValueError":
@@ -211,7 +211,7 @@ def test_callable_and_none_reductions_disagreeing_raise() -> None:
         f"rank {rank}, {what}: {status} {value!r}"
         for rank, got in enumerate(results)
         for what, (status, value) in got.items()
-        if status != "RuntimeError"
+        if status != "RanksDisagreeError"
     ]
     assert not problems, "no error where ranks disagree on a reduction:\n" + "\n".join(problems)
 

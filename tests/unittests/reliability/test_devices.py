@@ -19,15 +19,16 @@ import torch
 
 from tests._helpers.checks import tensor_devices
 from tests._helpers.harness import run_distributed
-from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric, _state_sync
+from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric, _metric_sync
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
+from torchmetrics_diff._global import contrastive as _contrastive
+from torchmetrics_diff._global import strategy as _strategy
 from torchmetrics_diff.distributed import _call, _collectives, all_gather_cat, all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._sync import engine as _sync
 from torchmetrics_diff.distributed._sync import layout as _layout
 from torchmetrics_diff.distributed._sync import rows as _rows
 from torchmetrics_diff.distributed._sync import sync_states
-from torchmetrics_diff.functional import _global, _strategy
 from torchmetrics_diff.losses import CLIPLoss, GlobalMeanLoss, InfoNCELoss
 
 pytestmark = pytest.mark.timeout(120)
@@ -146,8 +147,8 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
         seen.append(str(inp.device))
         raise _Sentinel
 
-    modules = (metric_module, collections_module, _state_sync, _sync, _rows, _layout, _collectives, _global, _strategy)
-    modules += (_call,)
+    modules = (metric_module, collections_module, _metric_sync, _sync, _rows, _layout, _collectives, _contrastive)
+    modules += (_strategy, _call)
     # no process group here: the call header's group state is made up, and its exchange is the fake gather too
     state = object.__new__(_call._GroupState)
     slots = {"size": 2, "rank": 0, "seq": 0, "names": {}, "epoch": _call.CONTEXT.epoch, "checks": "full"}

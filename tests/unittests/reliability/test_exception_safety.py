@@ -250,14 +250,14 @@ def test_contrastive_loss_with_a_bad_input_on_one_rank(world_size: int, headers:
     feats_all = torch.cat([_views(r, 2)[0] for r in range(world_size)])
     sup_ref = supcon_loss(feats_all, torch.cat([_labels(r) for r in range(world_size)]), 0.5)
     for strategy in ("sharded", "replicated"):
-        for case, needles, ref in (
-            (f"clip {strategy}", ("`text_embeds`", "`image_embeds`"), clip_ref),
-            (f"supcon {strategy}", ("`labels`",), sup_ref),
+        for case, kind, needles, ref in (  # ShapeMismatchError: a ValueError (and a RuntimeError)
+            (f"clip {strategy}", "ShapeMismatchError", ("`text_embeds`", "`image_embeds`"), clip_ref),
+            (f"supcon {strategy}", "ValueError", ("`labels`",), sup_ref),
         ):
             for rank, res in enumerate(results):
                 got = res[f"{case}: bad"]
                 if rank == BAD:
-                    problems.append(problem(f"{case} rank {rank} (bad)", got, "ValueError", needles, PROMPT_S))
+                    problems.append(problem(f"{case} rank {rank} (bad)", got, kind, needles, PROMPT_S))
                 else:
                     needles_peer = (f"rank {BAD}", "raised an error before")
                     problems.append(problem(f"{case} rank {rank}", got, "RuntimeError", needles_peer, PROMPT_S))

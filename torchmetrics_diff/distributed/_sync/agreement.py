@@ -2,7 +2,8 @@
 metadata (signature and sizes) after it was gathered.
 
 Both raise errors that name the state and, for a disagreement, every rank's view of it. The signature check runs
-on data every rank holds (the gathered metadata), so every rank raises the same ``RuntimeError``.
+on data every rank holds (the gathered metadata), so every rank raises the same
+:class:`~torchmetrics_diff.exceptions.RanksDisagreeError` (a ``RuntimeError``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from torchmetrics_diff.distributed import _reductions
 from torchmetrics_diff.distributed._backend import dtype_from_code
+from torchmetrics_diff.distributed._failure import RanksDisagreeError
 from torchmetrics_diff.distributed._reductions import CAT, Reduction, State
 from torchmetrics_diff.distributed._sync.plan import GATHER, UNKNOWN_DTYPE, StateSignature
 
@@ -48,12 +50,12 @@ def check_agreement(owner: str, metas: list[list[StateSignature]], world: int) -
             missing = [r for r in range(world) if name not in names[r]]
             if missing:
                 present = [r for r in range(world) if r not in missing]
-                raise RuntimeError(
+                raise RanksDisagreeError(
                     f"{owner}: cannot sync state {name!r}: it is missing on rank(s) {missing} "
                     f"but registered on rank(s) {present}"
                 )
         listing = "; ".join(f"rank {r}: {n}" for r, n in enumerate(names))
-        raise RuntimeError(f"{owner}: ranks registered their states in a different order ({listing})")
+        raise RanksDisagreeError(f"{owner}: ranks registered their states in a different order ({listing})")
     resolved = []
     for i, name in enumerate(names[0]):
         column = [m[i] for m in metas]
@@ -67,13 +69,13 @@ def check_agreement(owner: str, metas: list[list[StateSignature]], world: int) -
             known = [(r, getattr(c, attr)) for r, c in enumerate(column) if c.dtype != UNKNOWN_DTYPE or not needs_dtype]
             if any(v != known[0][1] for _, v in known):
                 listing = ", ".join(f"rank {r}: {show(v)}" for r, v in known)
-                raise RuntimeError(f"{owner}: cannot sync state {name!r}: ranks disagree on {what} ({listing})")
+                raise RanksDisagreeError(f"{owner}: cannot sync state {name!r}: ranks disagree on {what} ({listing})")
         known_rows = [(r, c) for r, c in enumerate(column) if c.dtype != UNKNOWN_DTYPE]
         kind = column[0].kind
         what = {CAT: "trailing shape", GATHER: "number of dimensions"}.get(kind, "shape")
         if any(c.dims != known_rows[0][1].dims for _, c in known_rows):
             listing = ", ".join(f"rank {r}: {show_dims(c.dims, kind)}" for r, c in known_rows)
-            raise RuntimeError(f"{owner}: cannot sync state {name!r}: ranks disagree on {what} ({listing})")
+            raise RanksDisagreeError(f"{owner}: cannot sync state {name!r}: ranks disagree on {what} ({listing})")
         resolved.append(known_rows[0][1] if known_rows else column[0])
     return resolved
 

@@ -1,7 +1,7 @@
 """Syncing the states of one or several metrics: what a metric hands the sync engine, and what comes back.
 
 The engine (:func:`~torchmetrics_diff.distributed._sync.sync_states`) knows tensors, not metrics. This module
-sits between: a metric describes itself as a :class:`SyncSpec` (plain data), :func:`sync_metrics` syncs the
+sits between: a metric describes itself as a :class:`SyncSpec` (plain data), :func:`sync_metric_states` syncs the
 states of any number of such metrics in one engine call (the same buckets, so a ``MetricCollection`` costs what
 one metric with all those states costs), and :func:`gather_each` is the slow path for a user-provided gather.
 """
@@ -59,7 +59,7 @@ def scaled(spec: SyncSpec, states: dict[str, Any], group: Group) -> dict[str, An
     return {n: scale_state_grad(v, scale) for n, v in states.items()}
 
 
-def sync_metrics(
+def sync_metric_states(
     specs: dict[str, SyncSpec],
     states: dict[str, dict[str, Any]],
     group: Group,
@@ -121,7 +121,7 @@ def _as_cat(spec: SyncSpec) -> SyncSpec:
 def _sync_callable_lists(
     specs: dict[str, SyncSpec], states: dict[str, dict[str, Any]], group: Group, plan: SyncPlan, grad: str, call: str
 ) -> dict[str, dict[str, Any]]:
-    """:func:`sync_metrics` for metrics with list states whose reduction is a callable.
+    """:func:`sync_metric_states` for metrics with list states whose reduction is a callable.
 
     torchmetrics hands such a callable the list of every rank's rows (one tensor per rank), so
     ``dist_reduce_fx=torch.cat`` works. Those states travel as ``cat`` states with a companion ``cat`` state of
@@ -136,7 +136,7 @@ def _sync_callable_lists(
                 own[name + _ROWS] = torch.tensor([_rows_of(own[name])], dtype=torch.int64, device=spec.device)
         sent_specs[key] = _as_cat(spec) if spec.callable_lists else spec
         sent[key] = own
-    synced = sync_metrics(sent_specs, sent, group, plan, grad, call)
+    synced = sync_metric_states(sent_specs, sent, group, plan, grad, call)
     for key, spec in specs.items():
         values = synced[key]
         for name in spec.callable_lists:

@@ -1,4 +1,4 @@
-"""Tests of ``torchmetrics_diff.functional._strategy``: the strategy table, the option checks, ``checked_together``,
+"""Tests of ``torchmetrics_diff._global.strategy``: the strategy table, the option checks, ``checked_together``,
 the packing of views, ``sharded_value`` and ``global_rows_loss`` against a brute-force single process.
 
 The distributed cases run on two gloo ranks (``tests/_helpers/harness.py``) in float64, with uneven rows and an
@@ -15,9 +15,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from tests._helpers.harness import run_distributed
-from torchmetrics_diff.distributed import gather_all_tensors
-from torchmetrics_diff.functional import STRATEGIES, global_rows_loss
-from torchmetrics_diff.functional._strategy import (
+from torchmetrics_diff._global.strategy import (
     DEFAULT_TILE,
     GRAD_REDUCTIONS,
     Options,
@@ -32,6 +30,8 @@ from torchmetrics_diff.functional._strategy import (
     strategy_table,
     unpack,
 )
+from torchmetrics_diff.distributed import gather_all_tensors
+from torchmetrics_diff.functional import STRATEGIES, global_rows_loss
 
 F64 = torch.float64
 TOL = {"rtol": 1e-12, "atol": 1e-12}
@@ -119,6 +119,7 @@ def test_pack_then_unpack_gives_the_views_back() -> None:
         assert packed.shape == (n, 3 + 4 + 1)
         assert trailing == [(3,), (2, 2), ()]
         back = unpack(packed, trailing)
+        assert len(back) == len(views), (len(back), len(views))
         assert all(b.shape == v.shape and torch.equal(b, v) for b, v in zip(back, views))
 
 
@@ -261,8 +262,8 @@ def test_checked_together_raises_on_every_rank() -> None:
             kind, text = res[case]
             if rank == BAD_RANK and (kind != "ValueError" or message not in text):
                 problems.append(f"{case} rank {rank} (bad): {kind} {text!r}, expected the ValueError {message!r}")
-            if rank != BAD_RANK and (kind != "RuntimeError" or f"rank {BAD_RANK}" not in text):
-                problems.append(f"{case} rank {rank}: {kind} {text!r}, expected a RuntimeError naming rank 1")
+            if rank != BAD_RANK and (kind != "PeerFailedError" or f"rank {BAD_RANK}" not in text):
+                problems.append(f"{case} rank {rank}: {kind} {text!r}, expected a PeerFailedError naming rank 1")
         if res["after"] != 1.0:
             problems.append(f"rank {rank}: the collective after the failure gave {res['after']}")
     assert not problems, "\n".join(problems)

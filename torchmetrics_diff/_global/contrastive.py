@@ -1,11 +1,12 @@
-"""The global-batch losses: each ``global_*`` function checks its inputs and runs its strategy's implementation.
+"""The global-batch contrastive losses: each ``global_*`` function checks its inputs and runs its strategy's
+implementation.
 
-Every contrastive loss has a table from strategy to implementation (:func:`~._strategy.strategy_table`):
-``"replicated"`` and ``"sharded"`` run its block form of :mod:`._contrastive` through
-:func:`~._strategy.rows_loss`, ``"ring"`` its kernel of :mod:`._ring`. Sharded CLIP has its own: it computes
+Every contrastive loss has a table from strategy to implementation (:func:`~.strategy.strategy_table`):
+``"replicated"`` and ``"sharded"`` run its block form of ``functional._contrastive`` through
+:func:`~.strategy.rows_loss`, ``"ring"`` its kernel of :mod:`.ring_losses`. Sharded CLIP has its own: it computes
 each global logit once (:func:`clip_sum`: only the texts are gathered, the text-to-image statistics come from
-every rank's partial column log-sum-exps). Barlow Twins all-reduces its sufficient statistics, and the
-normalized losses their sums and counts, whatever the strategy.
+every rank's partial column log-sum-exps). Barlow Twins (:mod:`.barlow_twins`) all-reduces its sufficient
+statistics, and the normalized losses (:mod:`.normalized`) their sums and counts, whatever the strategy.
 
 All views of a sample travel in one collective (packed side by side), so every rank issues the same
 collectives in the same order in forward and backward.
@@ -18,16 +19,27 @@ import functools
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
-from torchmetrics_diff.distributed._autograd import scale_grad
-from torchmetrics_diff.distributed._backend import Group, all_gather_flat, all_reduce_, group_size
-from torchmetrics_diff.distributed._call import exchange
-from torchmetrics_diff.distributed._compile import outside_graph
-from torchmetrics_diff.functional._barlow_twins import (
-    barlow_twins_from_stats,
-    barlow_twins_loss,  # noqa: F401 (doctest)
-    barlow_twins_stats,
+from torchmetrics_diff._global.ring_losses import (
+    ring_clip_loss,
+    ring_info_nce_loss,
+    ring_siglip_loss,
+    ring_supcon_loss,
 )
+from torchmetrics_diff._global.strategy import (
+    Options,
+    check_options,
+    checked_together,
+    row_start_of,
+    rows_loss,
+    same_width,
+    sharded_value,
+    strategy_table,
+)
+from torchmetrics_diff.distributed import all_gather_cat, gather_all_tensors
+from torchmetrics_diff.distributed._backend import Group, all_gather_flat, all_reduce_, group_size
+from torchmetrics_diff.distributed._call import call_name, exchange
+from torchmetrics_diff.distributed._compile import outside_graph
+from torchmetrics_diff.distributed._failure import RanksDisagreeError
 from torchmetrics_diff.functional._checks import (
     Scalar,
     as_count,
@@ -39,21 +51,6 @@ from torchmetrics_diff.functional._checks import (
 )
 from torchmetrics_diff.functional._contrastive import info_nce_block, siglip_block, supcon_block
 from torchmetrics_diff.functional._kernels import clip_block_sum
-from torchmetrics_diff.functional._normalized import token_cross_entropy_block, weighted_mean_block
-from torchmetrics_diff.functional._ring import ring_clip_loss, ring_info_nce_loss, ring_siglip_loss, ring_supcon_loss
-from torchmetrics_diff.functional._strategy import (
-    Options,
-    check_grad_reduction,
-    check_options,
-    checked_together,
-    global_normalized,
-    grad_factor,
-    row_start_of,
-    rows_loss,
-    same_width,
-    sharded_value,
-    strategy_table,
-)
 
 
 # ------------------------------------------------------------------------------------------- CLIP, one pass
@@ -221,7 +218,8 @@ def _global_labels(features: Tensor, labels: Tensor | None, group: Group) -> Ten
     given, rows = zip(*peers)  # (transposed in C: no Python code per rank)
     if len(set(given)) > 1:  # every rank holds the same values: every rank raises alike
         listing = ", ".join(f"rank {r}: {'given' if g else 'None'}" for r, g in enumerate(given))
-        raise RuntimeError(f"global_supcon_loss: `labels` must be given on every rank or on none ({listing})")
+        who = call_name("global_supcon_loss")
+        raise RanksDisagreeError(f"{who}: `labels` must be given on every rank or on none ({listing})")
     if labels is not None:
         return all_gather_cat(labels.reshape(-1).to(torch.int64), group, grad="none")
     return torch.arange(sum(rows), device=features.device)
@@ -462,142 +460,3 @@ def global_siglip_loss(
         bias = check_scalar("logit_bias", logit_bias)
         options = check_options(strategy, group, grad_reduction, tile)
     return _SIGLIP[options.strategy](image_embeds, text_embeds, scale, bias, options)
-
-
-def global_barlow_twins_loss(
-    za: Tensor,
-    zb: Tensor,
-    lambda_offdiag: float = 5e-3,
-    eps: float = 1e-5,
-    *,
-    group: Group = None,
-    grad_reduction: str = "mean",
-) -> Tensor:
-    """Barlow Twins loss of the global batch from all-reduced sufficient statistics.
-
-    One differentiable all-reduce of ``D² + 4D + 1`` numbers, whatever the batch size: the exact global
-    cross-correlation (not per-rank batch normalization).
-
-    It issues collectives: every rank of ``group`` must call it, with its own rows (counts may differ between
-    ranks, zero included).
-
-    Args:
-        za: this rank's embeddings of the first view ``(B, D)``, floating (the batch normalization over the
-            global batch happens inside).
-        zb: the second view ``(B, D)``, of the shape, dtype and device of ``za``; row i is the same sample.
-        lambda_offdiag: the weight of the off-diagonal terms (default ``5e-3``).
-        eps: added to the variances before the square root of the normalization (default ``1e-5``).
-        group: the process group (default ``None``: the default group). Without an initialised process group,
-            or with one rank, the loss of the local rows and no collective.
-        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
-            ``"sum"``.
-
-    Returns:
-        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
-        inputs (and the tensor scalars): float64 for float64 inputs, else float32.
-
-    Raises:
-        ValueError: views that are not floating ``(B, D)`` tensors of one shape, or an unknown
-            ``grad_reduction``; under a process group, on every rank.
-
-    Example:
-        >>> import torch
-        >>> gen = torch.Generator().manual_seed(0)
-        >>> za, zb = torch.randn(8, 3, generator=gen), torch.randn(8, 3, generator=gen)
-        >>> torch.allclose(global_barlow_twins_loss(za, zb), barlow_twins_loss(za, zb))
-        True
-    """
-    with checked_together(group, za):
-        check_grad_reduction(grad_reduction)
-        stats = barlow_twins_stats(za, zb)
-    world = group_size(group)
-    if world > 1:
-        shapes = [s.shape for s in stats]
-        flat = torch.cat([s.reshape(-1) for s in stats])
-        flat = all_reduce(scale_grad(flat, grad_factor(world, grad_reduction)), "sum", group, grad="local")
-        stats = type(stats)(*(p.reshape(s) for p, s in zip(flat.split([s.numel() for s in shapes]), shapes)))
-    return barlow_twins_from_stats(stats, lambda_offdiag, eps)
-
-
-# ------------------------------------------------------------------------------------------- normalized losses
-def global_weighted_mean(
-    values: Tensor,
-    weight: Tensor | float | None = None,
-    mask: Tensor | None = None,
-    *,
-    total: Tensor | float | None = None,
-    group: Group = None,
-    grad_reduction: str = "mean",
-) -> Tensor:
-    """``Σ w·v / Σ w`` over every rank's elements: a per-element loss normalized by the global weight.
-
-    Args:
-        values: per-element losses, any shape.
-        weight: weights broadcastable to ``values`` (``None``: 1).
-        mask: bool mask broadcastable to ``values``; masked elements are excluded (NaN there is harmless).
-            Default ``None``.
-        total: the global denominator when it is known in advance (gradient accumulation: the weight of
-            every micro-batch of the optimizer step on every rank); the value is then this call's global
-            weighted sum over ``total``, and the values of the step's calls add up to the step's loss. Default ``None``.
-        group: the process group. Default ``None``.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.
-
-    Returns:
-        The 0-d value, identical on every rank, differentiable with respect to the local inputs: float64 for
-        float64 inputs, else float32; 0 when the denominator is 0. Without an initialised process group, or
-        with one rank, the local value and no collective.
-
-    Raises:
-        ValueError: ``weight`` or ``mask`` not broadcastable to ``values``, or an unknown ``grad_reduction``; under a
-            process group, on every rank.
-
-    Example:
-        >>> import torch
-        >>> global_weighted_mean(torch.tensor([1.0, 2.0, 9.0]), mask=torch.tensor([True, True, False]))
-        tensor(1.5000)
-    """
-    with checked_together(group, values):
-        loss_sum, count = weighted_mean_block(values, weight, mask)
-    return global_normalized(loss_sum, count, total, group, grad_reduction)
-
-
-def global_token_cross_entropy(
-    logits: Tensor,
-    target: Tensor,
-    ignore_index: int = -100,
-    label_smoothing: float = 0.0,
-    *,
-    total: Tensor | float | None = None,
-    group: Group = None,
-    grad_reduction: str = "mean",
-) -> Tensor:
-    """Token-level cross-entropy divided by the number of valid tokens of every rank (or by ``total``).
-
-    Args:
-        logits: (..., C), the class dimension last.
-        target: (...) class indices; ``ignore_index`` marks padding.
-        ignore_index: target value to skip. Default ``-100``.
-        label_smoothing: as in :func:`torch.nn.functional.cross_entropy`. Default ``0.0``.
-        total: the global number of valid tokens of the whole optimizer step, when accumulating gradients.
-            Default ``None``.
-        group: the process group. Default ``None``.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.
-
-    Returns:
-        The 0-d value, identical on every rank, differentiable with respect to the local inputs: float64 for
-        float64 inputs, else float32; 0 when the denominator is 0. Without an initialised process group, or
-        with one rank, the local value and no collective.
-
-    Raises:
-        ValueError: ``logits`` and ``target`` of mismatched shapes or dtypes, a bad ``label_smoothing``, or an unknown
-            ``grad_reduction``; under a process group, on every rank.
-
-    Example:
-        >>> import torch
-        >>> logits = torch.zeros(1, 3, 4)
-        >>> global_token_cross_entropy(logits, torch.tensor([[0, 1, -100]]))  # log(4)
-        tensor(1.3863)
-    """
-    with checked_together(group, logits):
-        loss_sum, count = token_cross_entropy_block(logits, target, ignore_index, label_smoothing)
-    return global_normalized(loss_sum, count, total, group, grad_reduction)

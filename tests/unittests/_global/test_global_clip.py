@@ -238,7 +238,7 @@ def _parts(world: int) -> Tensor:
 
 
 def _combined(rank: int, world: int) -> dict[str, Tensor]:
-    from torchmetrics_diff.functional._global import _column_lse_of_every_rank
+    from torchmetrics_diff._global.contrastive import _column_lse_of_every_rank
 
     out = {}
     for branch in COLUMN_BRANCHES:
@@ -264,12 +264,13 @@ def _column_traffic(rank: int, world: int, m: int, force: str | None) -> list[tu
     """The collectives (and their tensors' bytes) of one sharded ``clip_sum`` over ``m`` columns: one image row
     per rank against ``m`` texts, so the only collectives are the column statistics'. ``force``: a branch, or
     ``None``: the rule at ``W`` above its limit on ranks (only the table's bytes decide)."""
-    from torchmetrics_diff.functional import _global, clip_sum
+    from torchmetrics_diff._global import contrastive
+    from torchmetrics_diff.functional import clip_sum
 
     g = generator("column traffic", m, rank)
     img, txt_all = torch.randn(1, 4, generator=g, dtype=F64), torch.randn(m, 4, generator=g, dtype=F64)
     sizes: list[tuple[str, list[int]]] = []
-    rule = column_branch(force) if force else mock.patch.object(_global, "_GATHER_MAX_WORLD", 1)
+    rule = column_branch(force) if force else mock.patch.object(contrastive, "_GATHER_MAX_WORLD", 1)
     with rule, record_collectives(sizes=sizes):
         clip_sum(img, txt_all, 2.0, min(rank, m - 1), sharded=True)
     return sizes

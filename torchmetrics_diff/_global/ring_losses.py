@@ -10,8 +10,8 @@ after ``W`` steps. A rank holds its own rows, at most two foreign blocks, three 
 a few ``(B, tile)`` tiles: ``O(B·D + B·tile)`` whatever the number of ranks.
 
 Kernels (each a :class:`torch.autograd.Function` over ``L = (s·A) @ C.T``, gradients ``s·G @ C``, ``G.T @ (s·A)``
-and ``Σ A ⊙ (G @ C)`` for the anchors, the candidates and the scale, as in :mod:`._kernels`, but over tiles of
-streamed blocks where those score one block held whole):
+and ``Σ A ⊙ (G @ C)`` for the anchors, the candidates and the scale, as in ``functional._kernels``, but over tiles
+of streamed blocks where those score one block held whole):
 
 - :class:`_RingXent`: ``Σ_a [lse_{k ≠ a} L_ak - mean_{p ∈ P(a)} L_ap]`` over anchors with a positive; the
   candidates are the anchors of every rank (InfoNCE: both views, classes = samples; SupCon: classes = labels).
@@ -25,13 +25,13 @@ streamed blocks where those score one block held whole):
 The terms that only involve a rank's own rows (CLIP's and SigLIP's diagonal, InfoNCE's positive when it is the
 other local view) are plain autograd outside the kernels.
 
-Mixed precision as in :mod:`._kernels`: under ``torch.autocast`` float32 inputs are cast to the autocast dtype (the
-blocks travel in it), the kernels run with autocast off, every tile's logits and statistics are float32
-(:func:`~._checks.mm_acc`), the gradient buffers that travel are float32, and the gradients reach the inputs in
-their dtype.
+Mixed precision as in ``functional._kernels``: under ``torch.autocast`` float32 inputs are cast to the autocast
+dtype (the blocks travel in it), the kernels run with autocast off, every tile's logits and statistics are float32
+(``functional._checks.mm_acc``), the gradient buffers that travel are float32, and the gradients reach the inputs
+in their dtype.
 
-The ``ring_*`` functions are the ring implementations of the ``global_*`` losses (:mod:`._global`), which check
-the inputs and options (:func:`~._strategy.check_options`) before the first collective; called directly, they
+The ``ring_*`` functions are the ring implementations of the ``global_*`` losses (:mod:`.contrastive`), which
+check the inputs and options (:func:`~.strategy.check_options`) before the first collective; called directly, they
 take checked inputs.
 """
 
@@ -45,9 +45,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from torchmetrics_diff._global.strategy import Options, sharded_value
 from torchmetrics_diff.distributed import all_gather_cat
 from torchmetrics_diff.distributed._backend import Group, dtype_code, dtype_from_code
-from torchmetrics_diff.distributed._call import exchange
+from torchmetrics_diff.distributed._call import call_name, exchange
+from torchmetrics_diff.distributed._failure import RanksDisagreeError
 from torchmetrics_diff.distributed._ring import Ring, circulate
 from torchmetrics_diff.functional._checks import (
     HALF,
@@ -62,7 +64,6 @@ from torchmetrics_diff.functional._checks import (
     reciprocal,
 )
 from torchmetrics_diff.functional._contrastive import class_ids, unit_rows
-from torchmetrics_diff.functional._strategy import Options, sharded_value
 
 
 # ------------------------------------------------------------------------------------------------- the plan
@@ -106,7 +107,7 @@ def _plan(group: Group, block: Tensor, tile: int, wants_grad: bool, extra: Seque
         if len(set(values)) > 1:
             shown = [dtype_from_code(v) for v in values] if name == "dtype" else values
             listing = ", ".join(f"rank {r}: {v}" for r, v in enumerate(shown))
-            raise RuntimeError(f"ring strategy: ranks disagree on {name} ({listing})")
+            raise RanksDisagreeError(f"{call_name('ring strategy')}: ranks disagree on {name} ({listing})")
     rows = list(fields[0])
     starts = list(itertools.accumulate(rows[:-1], initial=0))  # O(W), where sum(rows[:r]) per rank was O(W²)
     return _Plan(ring, rows, starts, block.shape[1], block.dtype, block.device, tile)
@@ -390,11 +391,11 @@ def ring_clip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Scala
         image_embeds: this rank's image embeddings (B, D), used as given.
         text_embeds: this rank's text embeddings (B, D); row i pairs with image row i.
         logit_scale: the multiplier of the similarities, a number or a 0-d tensor (differentiable).
-        options: the checked options (:func:`~._strategy.check_options`): group, grad_reduction, tile.
+        options: the checked options (:func:`~.strategy.check_options`): group, grad_reduction, tile.
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff.functional._strategy import check_options
+        >>> from torchmetrics_diff._global.strategy import check_options
         >>> ring_clip_loss(torch.eye(2), torch.eye(2), 1.0, check_options("ring", None, "mean", 1))
         tensor(0.3133)
     """
@@ -421,7 +422,7 @@ def ring_siglip_loss(
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff.functional._strategy import check_options
+        >>> from torchmetrics_diff._global.strategy import check_options
         >>> ring_siglip_loss(torch.eye(2), torch.eye(2), 10.0, -5.0, check_options("ring", None, "mean", 1))
         tensor(0.0134)
     """
@@ -447,7 +448,7 @@ def ring_info_nce_loss(z1: Tensor, z2: Tensor, temperature: Scalar, options: Opt
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff.functional._strategy import check_options
+        >>> from torchmetrics_diff._global.strategy import check_options
         >>> z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
         >>> ring_info_nce_loss(z, z, 0.5, check_options("ring", None, "mean", 1))
         tensor(0.2395)
@@ -486,7 +487,7 @@ def ring_supcon_loss(features: Tensor, labels: Tensor | None, temperature: Scala
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff.functional._strategy import check_options
+        >>> from torchmetrics_diff._global.strategy import check_options
         >>> feats = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
         >>> ring_supcon_loss(feats, torch.tensor([0, 0, 1]), 1.0, check_options("ring", None, "mean", 2))
         tensor(0.4846)

@@ -12,7 +12,7 @@ FSDP, DeepSpeed) or sums them (``"sum"``), equals that of one process on the glo
   The backward reduce-scatters the candidates' gradients to their owners: ``W`` times less compute and
   memory per rank for the loss.
 - ``"ring"``: the candidate blocks travel around the ranks and the logits exist one tile at a time
-  (:mod:`._ring`): per-rank memory independent of the number of ranks.
+  (:mod:`.ring_losses`): per-rank memory independent of the number of ranks.
 
 This module holds what they share: the table of strategies and the checks of the options
 (:func:`check_options`, used by the functions and by the loss classes), :func:`checked_together` (a bad input
@@ -34,8 +34,10 @@ from torch import Tensor
 from torchmetrics_diff.distributed import all_reduce, gather_all_tensors
 from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
+from torchmetrics_diff.distributed._call import CONTEXT
 from torchmetrics_diff.distributed._collectives import fail_together
 from torchmetrics_diff.distributed._compile import outside_graph, sum_across_ranks
+from torchmetrics_diff.distributed._failure import RanksDisagreeError
 from torchmetrics_diff.functional._checks import check_choice, safe_divide
 
 STRATEGIES = ("replicated", "sharded", "ring")
@@ -147,8 +149,9 @@ def same_width(pieces: list[Tensor]) -> list[Tensor]:
     widths = [tuple(p.shape[1:]) for p in pieces]
     if any(w != widths[0] for w in widths):
         listing = ", ".join(f"rank {r}: {w}" for r, w in enumerate(widths))
-        raise RuntimeError(
-            f"global loss: ranks disagree on the width of their embeddings, packed side by side ({listing})"
+        who = CONTEXT.entry or "global loss"  # the loss's call (``"CLIPLoss.forward"``) when a loss runs it
+        raise RanksDisagreeError(
+            f"{who}: ranks disagree on the width of their embeddings, packed side by side ({listing})"
         )
     return pieces
 

@@ -1,0 +1,244 @@
+"""Which tests spawn processes or compile, decided from what they call, never from their names.
+
+``tests/conftest.py`` marks every collected test with the tier markers it needs:
+
+* ``distributed``: the test (or a fixture it uses, or a function either calls, followed through the test
+  modules and ``tests._helpers``) reaches a process-spawning primitive: the gloo harness
+  (:func:`~tests._helpers.harness.run_distributed`, :func:`~tests._helpers.harness.run_once`), ``subprocess``,
+  ``multiprocessing``/``mp.spawn`` or ``torchrun``;
+* ``compile``: it reaches ``torch.compile`` (or ``torch._dynamo.optimize``).
+
+The analysis reads the source (``ast``): a test's body, decorators (parametrize values) and fixtures; from there
+every module-level name it references, in its own module or imported from ``tests.*``, transitively. It is
+conservative (a name referenced is a name called). What it misses is caught at run time: the conftest's guard
+(:func:`guard`) makes a test that is not marked ``distributed`` fail loudly when it starts a process or calls
+the harness, and one not marked ``compile`` when it calls ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import inspect
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["SpawnInUnmarkedTest", "guard", "kinds_of_function", "kinds_of_source"]
+
+#: dotted names (as written in the source, after resolving import aliases) that spawn processes
+_SPAWN_EXACT = {
+    "tests._helpers.harness.run_distributed",
+    "tests._helpers.harness.run_once",
+    "torch.multiprocessing.spawn",
+    "torch.multiprocessing.start_processes",
+}
+_SPAWN_PREFIXES = ("subprocess.", "multiprocessing.", "concurrent.futures.ProcessPoolExecutor")
+_SPAWN_STRINGS = ("torchrun",)  # a command line naming the launcher, e.g. ["torchrun", ...]
+_COMPILE_EXACT = {"torch.compile", "torch._dynamo.optimize"}
+
+DISTRIBUTED, COMPILE = "distributed", "compile"
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+class _Module:
+    """One parsed module: its import aliases and, per module-level name, the AST nodes that define it."""
+
+    def __init__(self, name: str, tree: ast.Module) -> None:
+        self.name = name
+        self.aliases: dict[str, str] = {}  # local name -> fully qualified dotted name
+        self.defs: dict[str, list[ast.AST]] = {}
+        for node in tree.body:
+            self._add(node)
+
+    def _add(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    self.aliases[a.asname] = a.name
+                else:
+                    self.aliases[a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self.defs.setdefault(node.name, []).append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name):
+                        self.defs.setdefault(sub.id, []).append(node)
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):  # module-level definitions under a guard
+            for child in ast.iter_child_nodes(node):
+                self._add(child)
+
+    def resolve(self, dotted: str) -> str:
+        """The fully qualified form of a dotted name written in this module."""
+        head, _, rest = dotted.partition(".")
+        if head in self.aliases:
+            base = self.aliases[head]
+        elif head in self.defs:
+            base = f"{self.name}.{head}"
+        else:
+            return dotted
+        return f"{base}.{rest}" if rest else base
+
+
+_SOURCES: dict[str, _Module] = {}  # modules parsed from a string (kinds_of_source)
+
+
+def _module(name: str) -> _Module | None:
+    """The parsed module ``name`` if it is one of the test tree's (``tests.*``), else None."""
+    return _SOURCES[name] if name in _SOURCES else _parse(name)
+
+
+@functools.cache
+def _parse(name: str) -> _Module | None:
+    if name != "tests" and not name.startswith("tests."):
+        return None
+    mod = sys.modules.get(name)
+    path = getattr(mod, "__file__", None)
+    if path is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None
+        path = spec.origin if spec is not None else None
+    if path is None or not path.endswith(".py"):
+        return None
+    return _Module(name, ast.parse(Path(path).read_text(encoding="utf-8")))
+
+
+def _references(nodes: list[ast.AST]) -> Iterator[str]:
+    """Every dotted name and string constant the nodes mention (strings prefixed with ``'``)."""
+    for node in nodes:
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Name, ast.Attribute)):
+                dotted = _dotted(sub)
+                if dotted is not None:
+                    yield dotted
+            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                yield "'" + sub.value
+
+
+def _primitive(qualified: str) -> str | None:
+    if qualified.startswith("'"):
+        text = qualified[1:]
+        return DISTRIBUTED if any(text == s or text.startswith(s + " ") for s in _SPAWN_STRINGS) else None
+    if qualified in _COMPILE_EXACT:
+        return COMPILE
+    if qualified in _SPAWN_EXACT or qualified in ("subprocess", "multiprocessing"):
+        return DISTRIBUTED
+    if qualified.startswith(_SPAWN_PREFIXES) or qualified.startswith("torch.multiprocessing.spawn"):
+        return DISTRIBUTED
+    return None
+
+
+def _kinds(module: _Module, nodes: list[ast.AST], seen: set[str]) -> frozenset[str]:
+    """The marker kinds reached from ``nodes`` written in ``module``, following module-level names."""
+    found: set[str] = set()
+    for ref in _references(nodes):
+        qualified = module.resolve(ref) if not ref.startswith("'") else ref
+        kind = _primitive(qualified)
+        if kind is not None:
+            found.add(kind)
+            continue
+        found |= _kinds_of_name(qualified, seen)
+    return frozenset(found)
+
+
+def _kinds_of_name(qualified: str, seen: set[str]) -> frozenset[str]:
+    """Follow ``pkg.module.name[.attr...]`` into a test-tree module's definition of ``name``."""
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest prefix that is a test-tree module
+        module = _module(".".join(parts[:cut]))
+        if module is None:
+            continue
+        name = parts[cut]
+        key = f"{module.name}.{name}"
+        if key in seen or name not in module.defs:
+            return frozenset()
+        seen.add(key)
+        return _kinds(module, module.defs[name], seen)
+    return frozenset()
+
+
+def kinds_of_source(source: str, name: str, module_name: str = "tests._probe") -> frozenset[str]:
+    """The marker kinds the module-level function ``name`` of ``source`` reaches (for the analysis' own tests)."""
+    _SOURCES[module_name] = module = _Module(module_name, ast.parse(source))
+    return _kinds(module, module.defs[name], {f"{module_name}.{name}"})
+
+
+def kinds_of_function(func: Callable[..., Any], cls: type | None = None) -> frozenset[str]:
+    """The marker kinds a test function (or method of the test class ``cls``) or fixture function reaches."""
+    func = inspect.unwrap(func)
+    module = _module(getattr(func, "__module__", "") or "")
+    if module is None:
+        return frozenset()
+    if cls is not None and cls.__name__ in module.defs:
+        nodes = _method_nodes(module.defs[cls.__name__], func.__name__)
+        return _kinds(module, nodes, {f"{module.name}.{cls.__name__}"})
+    name = func.__name__
+    if name not in module.defs:
+        return frozenset()
+    return _kinds(module, module.defs[name], {f"{module.name}.{name}"})
+
+
+def _method_nodes(class_nodes: list[ast.AST], method: str) -> list[ast.AST]:
+    """A method, its class's decorators, bases and non-function attributes, and the methods it calls on ``self``."""
+    nodes: list[ast.AST] = []
+    methods: dict[str, ast.AST] = {}
+    for cls in class_nodes:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        nodes += [*cls.decorator_list, *cls.bases]
+        for item in cls.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                methods[item.name] = item
+            else:
+                nodes.append(item)
+    todo, done = [method], set()
+    while todo:
+        name = todo.pop()
+        if name in done or name not in methods:
+            continue
+        done.add(name)
+        nodes.append(methods[name])
+        for sub in ast.walk(methods[name]):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id in ("self", "cls"):
+                todo.append(sub.attr)
+    for name in ("setup_method", "setup_class", "teardown_method", "teardown_class"):
+        if name in methods and name not in done:
+            nodes.append(methods[name])
+    return nodes
+
+
+class SpawnInUnmarkedTest(RuntimeError):
+    """A test spawned processes without the ``distributed`` marker, or compiled without ``compile``."""
+
+
+def guard(nodeid: str, kind: str, what: str) -> Callable[..., Any]:
+    """A replacement for a spawning/compiling callable that raises :class:`SpawnInUnmarkedTest` with a clear message."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise SpawnInUnmarkedTest(
+            f"{nodeid} calls {what} but is not marked `{kind}`: the automatic marking in tests/conftest.py "
+            f"(tests/_helpers/markers.py) did not see it. Mark the test `@pytest.mark.{kind}`, or make the call "
+            "visible to the analysis (a module-level function of tests/ that the test references)."
+        )
+
+    return refuse
