@@ -23,9 +23,9 @@ import pytest
 import torch
 
 import torchmetrics_diff as tmd
+import torchmetrics_diff.functional as ours_f
 import torchmetrics_diff.retrieval as ours
 from tests._helpers.harness import run_distributed
-from torchmetrics_diff.functional import _retrieval_queries as ours_f
 
 tm_retrieval = pytest.importorskip("torchmetrics.retrieval")
 tm_functional = pytest.importorskip("torchmetrics.functional.retrieval")
