@@ -30,14 +30,32 @@ from torchmetrics_diff.regression import (
     SymmetricMeanAbsolutePercentageError,
 )
 from torchmetrics_diff.retrieval import (
+    CrossModalMAPAtK,
+    CrossModalMeanRank,
+    CrossModalMedianRank,
+    CrossModalMRR,
+    CrossModalNormalizedDCG,
+    CrossModalRecallAtK,
+    RetrievalAUROC,
+    RetrievalFallOut,
+    RetrievalHitRate,
+    RetrievalMAP,
     RetrievalMAPAtK,
     RetrievalMeanRank,
     RetrievalMedianRank,
     RetrievalMRR,
     RetrievalNormalizedDCG,
+    RetrievalPrecision,
+    RetrievalPrecisionRecallCurve,
+    RetrievalRecall,
+    RetrievalRecallAtFixedPrecision,
     RetrievalRecallAtK,
+    RetrievalRPrecision,
 )
 from torchmetrics_diff.text import Perplexity
+
+# the cross-modal metrics' old names, deprecated (FutureWarning when constructed), not in __all__
+_DEPRECATED = (RetrievalMAPAtK, RetrievalMeanRank, RetrievalMedianRank, RetrievalRecallAtK)
 
 __version__ = "0.1.0"
 
@@ -63,17 +81,29 @@ __all__ = [
     "Precision",
     "R2Score",
     "Recall",
-    "RetrievalMAPAtK",
-    "RetrievalMeanRank",
-    "RetrievalMedianRank",
-    "RetrievalRecallAtK",
+    "CrossModalMAPAtK",
+    "CrossModalMeanRank",
+    "CrossModalMedianRank",
+    "CrossModalRecallAtK",
     "ExplainedVariance",
     "KLDivergence",
     "MeanAbsolutePercentageError",
     "SpearmanCorrCoef",
     "SymmetricMeanAbsolutePercentageError",
+    "CrossModalMRR",
+    "CrossModalNormalizedDCG",
+    # retrieval: torchmetrics' per-query metrics under its names
+    "RetrievalAUROC",
+    "RetrievalFallOut",
+    "RetrievalHitRate",
+    "RetrievalMAP",
     "RetrievalMRR",
     "RetrievalNormalizedDCG",
+    "RetrievalPrecision",
+    "RetrievalPrecisionRecallCurve",
+    "RetrievalRPrecision",
+    "RetrievalRecall",
+    "RetrievalRecallAtFixedPrecision",
     # classification: generic names added with the task classes
     "AveragePrecision",
     "Specificity",

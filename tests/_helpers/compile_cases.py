@@ -79,6 +79,13 @@ def _supcon(i: int) -> tuple:
     return torch.randn(ROWS, DIM, generator=g, dtype=F64), torch.tensor([0, 1, 0, 1, 2, 2])
 
 
+def _queries(i: int) -> tuple:
+    """Documents scored for three queries (rows interleaved): scores, 0/1 relevance, query ids."""
+    g = _gen(i)
+    target = torch.tensor([1, 0, 0, 1, 1, 0])[torch.randperm(ROWS, generator=g)]
+    return torch.rand(ROWS, generator=g, dtype=F64), target, torch.tensor([0, 1, 2, 0, 1, 2])
+
+
 def _router(i: int, probs: bool) -> tuple:
     """Two MoE layers' router probabilities (LoadBalancingLoss) or logits (RouterZLoss), with a padding mask."""
     g = _gen(i)
@@ -122,10 +129,10 @@ CASES: dict[str, Case] = {
     "CosineSimilarity": Case(lambda: T.CosineSimilarity(reduction="mean").double(), _embeddings),
     "CosineSimilarity-none": Case(lambda: T.CosineSimilarity(reduction="none").double(), _embeddings),
     "Perplexity": Case(lambda: T.Perplexity(ignore_index=-100).double(), _tokens),
-    "RetrievalRecallAtK": Case(lambda: T.RetrievalRecallAtK(top_k=(1, 2)).double(), _embeddings),
-    "RetrievalMeanRank": Case(lambda: T.RetrievalMeanRank().double(), _embeddings),
-    "RetrievalMedianRank": Case(lambda: T.RetrievalMedianRank().double(), _embeddings),
-    "RetrievalMAPAtK": Case(lambda: T.RetrievalMAPAtK(top_k=2).double(), _embeddings),
+    "CrossModalRecallAtK": Case(lambda: T.CrossModalRecallAtK(top_k=(1, 2)).double(), _embeddings),
+    "CrossModalMeanRank": Case(lambda: T.CrossModalMeanRank().double(), _embeddings),
+    "CrossModalMedianRank": Case(lambda: T.CrossModalMedianRank().double(), _embeddings),
+    "CrossModalMAPAtK": Case(lambda: T.CrossModalMAPAtK(top_k=2).double(), _embeddings),
     "CLIPLoss": Case(lambda: L.CLIPLoss(), _clip),
     "InfoNCELoss": Case(lambda: L.InfoNCELoss(), _embeddings),
     "SigLIPLoss": Case(lambda: L.SigLIPLoss(), _siglip),
@@ -143,10 +150,24 @@ CASES: dict[str, Case] = {
         lambda i: tuple(x.log_softmax(-1) for x in _embeddings(i)),
     ),
     "SpearmanCorrCoef": Case(lambda: T.SpearmanCorrCoef().double(), _pairs),
-    "RetrievalMRR": Case(lambda: T.RetrievalMRR(top_k=3).double(), _embeddings),
-    "RetrievalNormalizedDCG": Case(lambda: T.RetrievalNormalizedDCG(top_k=3).double(), _embeddings),
+    "CrossModalMRR": Case(lambda: T.CrossModalMRR(top_k=3).double(), _embeddings),
+    "CrossModalNormalizedDCG": Case(lambda: T.CrossModalNormalizedDCG(top_k=3).double(), _embeddings),
     "LoadBalancingLoss": Case(lambda: L.LoadBalancingLoss(CLASSES, top_k=2), lambda i: _router(i, probs=True)),
     "RouterZLoss": Case(lambda: L.RouterZLoss(), lambda i: _router(i, probs=False)),
+    # retrieval: torchmetrics' per-query metrics (not fullgraph: see GRAPH_BREAKS)
+    "RetrievalMAP": Case(lambda: T.RetrievalMAP(top_k=2).set_dtype(F64), _queries),
+    "RetrievalMRR": Case(lambda: T.RetrievalMRR().set_dtype(F64), _queries),
+    "RetrievalPrecision": Case(lambda: T.RetrievalPrecision(top_k=2, adaptive_k=True).set_dtype(F64), _queries),
+    "RetrievalRecall": Case(lambda: T.RetrievalRecall(top_k=2).set_dtype(F64), _queries),
+    "RetrievalFallOut": Case(lambda: T.RetrievalFallOut(top_k=2).set_dtype(F64), _queries),
+    "RetrievalHitRate": Case(lambda: T.RetrievalHitRate(top_k=1, aggregation="median").set_dtype(F64), _queries),
+    "RetrievalNormalizedDCG": Case(lambda: T.RetrievalNormalizedDCG(top_k=3).set_dtype(F64), _queries),
+    "RetrievalRPrecision": Case(lambda: T.RetrievalRPrecision(ignore_index=-1).set_dtype(F64), _queries),
+    "RetrievalAUROC": Case(lambda: T.RetrievalAUROC(max_fpr=0.5).set_dtype(F64), _queries),
+    "RetrievalPrecisionRecallCurve": Case(lambda: T.RetrievalPrecisionRecallCurve(max_k=3).set_dtype(F64), _queries),
+    "RetrievalRecallAtFixedPrecision": Case(
+        lambda: T.RetrievalRecallAtFixedPrecision(min_precision=0.5).set_dtype(F64), _queries
+    ),
     # classification: the generic names and options added with the task classes
     "Specificity": Case(
         lambda: T.Specificity(task="multiclass", num_classes=CLASSES, average="macro", top_k=2), _multiclass
@@ -161,16 +182,33 @@ LIST_STATES = {
     "CatMetric",
     "AUROC",
     "CosineSimilarity-none",
-    "RetrievalRecallAtK",
-    "RetrievalMeanRank",
-    "RetrievalMedianRank",
-    "RetrievalMAPAtK",
+    "CrossModalRecallAtK",
+    "CrossModalMeanRank",
+    "CrossModalMedianRank",
+    "CrossModalMAPAtK",
     "KLDivergence-none",
     "SpearmanCorrCoef",
-    "RetrievalMRR",
-    "RetrievalNormalizedDCG",
+    "CrossModalMRR",
+    "CrossModalNormalizedDCG",
     "AveragePrecision",
     "AUROC-multilabel",
+}
+
+#: the classes that compile with graph breaks, not ``fullgraph=True`` (list states too, not in LIST_STATES):
+#: torchmetrics' per-query retrieval metrics check their batch (binary targets, ``ignore_index`` rows dropped) and
+#: group the rows by query (data-dependent shapes) eagerly, each behind one break (docs/guide/compile.rst)
+GRAPH_BREAKS = {
+    "RetrievalMAP",
+    "RetrievalMRR",
+    "RetrievalPrecision",
+    "RetrievalRecall",
+    "RetrievalFallOut",
+    "RetrievalHitRate",
+    "RetrievalNormalizedDCG",
+    "RetrievalRPrecision",
+    "RetrievalAUROC",
+    "RetrievalPrecisionRecallCurve",
+    "RetrievalRecallAtFixedPrecision",
 }
 
 

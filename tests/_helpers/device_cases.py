@@ -240,6 +240,32 @@ def _ndcg_at_k(image: Tensor, text: Tensor) -> dict[str, float]:
     }
 
 
+def _queries(n: int) -> tuple[Tensor, ...]:
+    """Documents of three queries, rows interleaved (so each query's rows sit on every rank): distinct scores,
+    0/1 relevance (every query with a relevant and a non-relevant document), int64 query ids."""
+    g = _gen("queries", n)
+    indexes = torch.arange(n) % 3
+    target = (torch.arange(n) // 3) % 2
+    return torch.rand(n, generator=g, dtype=F64), target, indexes
+
+
+def _torchmetrics(name: str, **kwargs: Any) -> Callable[..., Any]:
+    """The reference of torchmetrics' retrieval class ``name`` (float32, as it stores scores) on the global batch."""
+
+    def reference(preds: Tensor, target: Tensor, indexes: Tensor) -> Any:
+        import torchmetrics.retrieval
+
+        metric = getattr(torchmetrics.retrieval, name)(**kwargs)
+        metric.update(preds, target, indexes)
+        return metric.compute()
+
+    return reference
+
+
+def _retrieval_case(name: str, **kwargs: Any) -> MetricCase:
+    return MetricCase(lambda: getattr(tmd, name)(**kwargs), _queries, _torchmetrics(name, **kwargs))
+
+
 class MetricCase(NamedTuple):
     make: Callable[[], tmd.Metric]
     data: Callable[[int], tuple[Tensor, ...]]  # the global batch of n rows; a rank updates with its rows
@@ -277,10 +303,10 @@ METRIC_CASES: dict[str, MetricCase] = {
     "PearsonCorrCoef": MetricCase(tmd.PearsonCorrCoef, _regression, _pearson),
     "CosineSimilarity": MetricCase(lambda: tmd.CosineSimilarity(reduction="mean"), _pairs, _cosine),
     "Perplexity": MetricCase(tmd.Perplexity, _tokens, _perplexity),
-    "RetrievalRecallAtK": MetricCase(lambda: tmd.RetrievalRecallAtK(top_k=K_TOP), _pairs, _recall_at_k),
-    "RetrievalMeanRank": MetricCase(tmd.RetrievalMeanRank, _pairs, _mean_rank),
-    "RetrievalMedianRank": MetricCase(tmd.RetrievalMedianRank, _pairs, _median_rank),
-    "RetrievalMAPAtK": MetricCase(lambda: tmd.RetrievalMAPAtK(top_k=K_TOP[-1]), _pairs, _map_at_k),
+    "CrossModalRecallAtK": MetricCase(lambda: tmd.CrossModalRecallAtK(top_k=K_TOP), _pairs, _recall_at_k),
+    "CrossModalMeanRank": MetricCase(tmd.CrossModalMeanRank, _pairs, _mean_rank),
+    "CrossModalMedianRank": MetricCase(tmd.CrossModalMedianRank, _pairs, _median_rank),
+    "CrossModalMAPAtK": MetricCase(lambda: tmd.CrossModalMAPAtK(top_k=K_TOP[-1]), _pairs, _map_at_k),
     "MeanAbsolutePercentageError": MetricCase(
         tmd.MeanAbsolutePercentageError, _regression, lambda p, t: float(((p - t).abs() / t.abs()).mean())
     ),
@@ -292,8 +318,20 @@ METRIC_CASES: dict[str, MetricCase] = {
     "ExplainedVariance": MetricCase(tmd.ExplainedVariance, _regression, _explained_variance),
     "KLDivergence": MetricCase(tmd.KLDivergence, _distributions, _kl),
     "SpearmanCorrCoef": MetricCase(tmd.SpearmanCorrCoef, _regression, _spearman),
-    "RetrievalMRR": MetricCase(tmd.RetrievalMRR, _pairs, _mrr),
-    "RetrievalNormalizedDCG": MetricCase(lambda: tmd.RetrievalNormalizedDCG(top_k=K_TOP[-1]), _pairs, _ndcg_at_k),
+    "CrossModalMRR": MetricCase(tmd.CrossModalMRR, _pairs, _mrr),
+    "CrossModalNormalizedDCG": MetricCase(lambda: tmd.CrossModalNormalizedDCG(top_k=K_TOP[-1]), _pairs, _ndcg_at_k),
+    # retrieval: torchmetrics' per-query metrics, against torchmetrics' classes
+    "RetrievalMAP": _retrieval_case("RetrievalMAP", top_k=2),
+    "RetrievalMRR": _retrieval_case("RetrievalMRR"),
+    "RetrievalPrecision": _retrieval_case("RetrievalPrecision", top_k=2),
+    "RetrievalRecall": _retrieval_case("RetrievalRecall", top_k=2),
+    "RetrievalFallOut": _retrieval_case("RetrievalFallOut", top_k=2),
+    "RetrievalHitRate": _retrieval_case("RetrievalHitRate", top_k=1),
+    "RetrievalNormalizedDCG": _retrieval_case("RetrievalNormalizedDCG", top_k=2),
+    "RetrievalRPrecision": _retrieval_case("RetrievalRPrecision"),
+    "RetrievalAUROC": _retrieval_case("RetrievalAUROC", max_fpr=0.5),
+    "RetrievalPrecisionRecallCurve": _retrieval_case("RetrievalPrecisionRecallCurve", max_k=2),
+    "RetrievalRecallAtFixedPrecision": _retrieval_case("RetrievalRecallAtFixedPrecision", min_precision=0.5),
     # classification: the generic names added with the task classes
     "Specificity": MetricCase(
         lambda: tmd.Specificity(task="multiclass", num_classes=CLASSES, average="macro"), _multiclass, _specificity
@@ -366,7 +404,13 @@ def run_metric_cases(rank: int, world: int, device: torch.device, names: list[st
         if where != {device}:
             checks.fail(name, f"result on {where}")
         want = case.reference(*data)
-        if isinstance(want, dict):
+        if isinstance(want, tuple):  # (a curve's tensors): compared one by one, as floats
+            if not isinstance(got, tuple) or len(got) != len(want):
+                checks.fail(name, f"got {type(got).__name__}, expected a tuple of {len(want)}")
+                continue
+            for i, (g, w) in enumerate(zip(got, want)):
+                _close(checks, f"{name}[{i}]", g.detach().cpu().to(F64), w.to(F64), METRIC_TOL)
+        elif isinstance(want, dict):
             if not isinstance(got, dict) or set(got) != set(want):
                 checks.fail(
                     name, f"keys {sorted(got) if isinstance(got, dict) else type(got)}, expected {sorted(want)}"

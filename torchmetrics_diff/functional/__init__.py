@@ -108,6 +108,18 @@ from torchmetrics_diff.functional._retrieval import (
     retrieval_ranks,
     retrieval_recall_at_k,
 )
+from torchmetrics_diff.functional._retrieval_query_functions import (
+    retrieval_auroc,
+    retrieval_average_precision,
+    retrieval_fall_out,
+    retrieval_hit_rate,
+    retrieval_normalized_dcg,
+    retrieval_precision,
+    retrieval_precision_recall_curve,
+    retrieval_r_precision,
+    retrieval_recall,
+    retrieval_reciprocal_rank,
+)
 from torchmetrics_diff.functional._similarity import cosine_similarity, kl_divergence
 from torchmetrics_diff.functional._text import perplexity
 from torchmetrics_diff.functional._vicreg import (
@@ -284,4 +296,14 @@ __all__ = [
     "binary_confusion_matrix",
     "multiclass_confusion_matrix",
     "multilabel_confusion_matrix",
+    "retrieval_auroc",
+    "retrieval_average_precision",
+    "retrieval_fall_out",
+    "retrieval_hit_rate",
+    "retrieval_normalized_dcg",
+    "retrieval_precision",
+    "retrieval_precision_recall_curve",
+    "retrieval_r_precision",
+    "retrieval_recall",
+    "retrieval_reciprocal_rank",
 ]

@@ -8,6 +8,7 @@ gallery, ``chunk_size`` queries at a time. The definitions (rank, R@k, AP@k, pos
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -109,7 +110,7 @@ class _CrossModalRetrieval(Metric):
         return {d: ranks for d, (ranks, _) in self._scored().items()}
 
 
-class RetrievalRecallAtK(_CrossModalRetrieval):
+class CrossModalRecallAtK(_CrossModalRetrieval):
     __doc__ = (
         """Recall@k of cross-modal retrieval over the global gallery: the fraction of queries with a positive
     among the ``k`` best-scoring gallery items, for each direction and each ``k``.
@@ -124,8 +125,8 @@ class RetrievalRecallAtK(_CrossModalRetrieval):
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff import RetrievalRecallAtK
-        >>> metric = RetrievalRecallAtK(top_k=(1, 2))
+        >>> from torchmetrics_diff.retrieval import CrossModalRecallAtK
+        >>> metric = CrossModalRecallAtK(top_k=(1, 2))
         >>> metric.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.1], [1.0, 0.0]]))
         >>> metric.update(torch.tensor([[1.0, 1.0]]), torch.tensor([[0.9, 1.0]]))
         >>> metric.compute()
@@ -146,7 +147,7 @@ class RetrievalRecallAtK(_CrossModalRetrieval):
         return recall_at_k_from_ranks(self._ranks(), self.top_k)
 
 
-class RetrievalMeanRank(_CrossModalRetrieval):
+class CrossModalMeanRank(_CrossModalRetrieval):
     __doc__ = (
         """Mean rank of each query's best positive over the global gallery (1 is perfect), per direction:
     ``{"i2t_mean_rank": ..., "t2i_mean_rank": ...}``.
@@ -157,8 +158,8 @@ class RetrievalMeanRank(_CrossModalRetrieval):
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff import RetrievalMeanRank
-        >>> metric = RetrievalMeanRank()
+        >>> from torchmetrics_diff.retrieval import CrossModalMeanRank
+        >>> metric = CrossModalMeanRank()
         >>> metric.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.1], [1.0, 0.0]]))
         >>> metric.compute()
         {'i2t_mean_rank': tensor(2.), 't2i_mean_rank': tensor(1.5000)}
@@ -172,7 +173,7 @@ class RetrievalMeanRank(_CrossModalRetrieval):
         return mean_rank_from_ranks(self._ranks())
 
 
-class RetrievalMedianRank(_CrossModalRetrieval):
+class CrossModalMedianRank(_CrossModalRetrieval):
     __doc__ = (
         """Median rank of each query's best positive over the global gallery, per direction (the mean of the two
     middle ranks for an even count, as ``numpy.median``): ``{"i2t_median_rank": ..., "t2i_median_rank": ...}``.
@@ -183,8 +184,8 @@ class RetrievalMedianRank(_CrossModalRetrieval):
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff import RetrievalMedianRank
-        >>> metric = RetrievalMedianRank()
+        >>> from torchmetrics_diff.retrieval import CrossModalMedianRank
+        >>> metric = CrossModalMedianRank()
         >>> metric.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.1], [1.0, 0.0]]))
         >>> metric.compute()
         {'i2t_median_rank': tensor(2.), 't2i_median_rank': tensor(1.5000)}
@@ -198,7 +199,7 @@ class RetrievalMedianRank(_CrossModalRetrieval):
         return median_rank_from_ranks(self._ranks())
 
 
-class RetrievalMAPAtK(_CrossModalRetrieval):
+class CrossModalMAPAtK(_CrossModalRetrieval):
     __doc__ = (
         """Mean average precision over the top ``k`` of the global gallery, per direction, with optional
     multi-positive labels: ``{"i2t_mAP@10": ..., "t2i_mAP@10": ...}``. AP@k is torchmetrics'
@@ -212,8 +213,8 @@ class RetrievalMAPAtK(_CrossModalRetrieval):
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff import RetrievalMAPAtK
-        >>> metric = RetrievalMAPAtK(top_k=2)
+        >>> from torchmetrics_diff.retrieval import CrossModalMAPAtK
+        >>> metric = CrossModalMAPAtK(top_k=2)
         >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
         >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
         >>> metric.update(image, text, labels=torch.tensor([0, 1, 0]))
@@ -235,7 +236,7 @@ class RetrievalMAPAtK(_CrossModalRetrieval):
         return map_from_aps({d: ap for d, (_, ap) in self._scored(self.top_k).items()}, self.top_k)
 
 
-class RetrievalMRR(_CrossModalRetrieval):
+class CrossModalMRR(_CrossModalRetrieval):
     __doc__ = (
         """Mean reciprocal rank over the global gallery, per direction: the mean over queries of ``1 / rank`` of
     the query's best positive (0 when that rank is beyond ``top_k``): ``{"i2t_MRR": ..., "t2i_MRR": ...}``
@@ -248,8 +249,8 @@ class RetrievalMRR(_CrossModalRetrieval):
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff import RetrievalMRR
-        >>> metric = RetrievalMRR()
+        >>> from torchmetrics_diff.retrieval import CrossModalMRR
+        >>> metric = CrossModalMRR()
         >>> metric.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.1], [1.0, 0.0]]))
         >>> metric.update(torch.tensor([[1.0, 1.0]]), torch.tensor([[0.9, 1.0]]))
         >>> metric.compute()
@@ -270,7 +271,7 @@ class RetrievalMRR(_CrossModalRetrieval):
         return mrr_from_ranks(self._ranks(), self.top_k)
 
 
-class RetrievalNormalizedDCG(_CrossModalRetrieval):
+class CrossModalNormalizedDCG(_CrossModalRetrieval):
     __doc__ = (
         """Normalized discounted cumulative gain over the top ``k`` of the global gallery (nDCG@k), per direction,
     with binary relevance (a query's positives: its own pair and, with labels, the rows sharing its label):
@@ -287,8 +288,8 @@ class RetrievalNormalizedDCG(_CrossModalRetrieval):
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff import RetrievalNormalizedDCG
-        >>> metric = RetrievalNormalizedDCG(top_k=2)
+        >>> from torchmetrics_diff.retrieval import CrossModalNormalizedDCG
+        >>> metric = CrossModalNormalizedDCG(top_k=2)
         >>> image = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
         >>> text = torch.tensor([[1.0, 0.1], [1.0, 0.0], [0.9, 1.0]])
         >>> metric.update(image, text, labels=torch.tensor([0, 1, 0]))
@@ -309,3 +310,26 @@ class RetrievalNormalizedDCG(_CrossModalRetrieval):
         """nDCG@k per direction."""
         values = ndcg_directions(*self._rows(), self.directions, self.chunk_size, self.top_k)
         return ndcg_from_values(values, self.top_k)
+
+
+# ------------------------------------------------------------------------------------- deprecated old names
+def _deprecated(new: type[_CrossModalRetrieval], old: str) -> type[_CrossModalRetrieval]:
+    """A subclass of ``new`` under its old name that warns (``FutureWarning``) when constructed."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        warnings.warn(
+            f"`{old}` is deprecated and will be removed in the next release: use `{new.__name__}` (the same "
+            f"cross-modal metric; `Retrieval*` names are torchmetrics' per-query retrieval metrics now)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        new.__init__(self, *args, **kwargs)
+
+    doc = f"Deprecated alias of :class:`{new.__name__}` (warns ``FutureWarning``); removed in the next release."
+    return type(old, (new,), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
+
+
+RetrievalRecallAtK = _deprecated(CrossModalRecallAtK, "RetrievalRecallAtK")
+RetrievalMeanRank = _deprecated(CrossModalMeanRank, "RetrievalMeanRank")
+RetrievalMedianRank = _deprecated(CrossModalMedianRank, "RetrievalMedianRank")
+RetrievalMAPAtK = _deprecated(CrossModalMAPAtK, "RetrievalMAPAtK")

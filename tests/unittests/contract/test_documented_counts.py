@@ -62,6 +62,7 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
         Accuracy,
         CatMetric,
         ConfusionMatrix,
+        CrossModalRecallAtK,
         F1Score,
         MeanAbsoluteError,
         MeanMetric,
@@ -72,7 +73,6 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
         Precision,
         R2Score,
         Recall,
-        RetrievalRecallAtK,
         SumMetric,
     )
     from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors
@@ -168,9 +168,9 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
             {"mse": MeanSquaredError(), "mae": MeanAbsoluteError(), "r2": R2Score(), "pearson": PearsonCorrCoef()}
         )
         epochs("regression collection", reg, lambda i: (torch.randn(6, generator=g), torch.randn(6, generator=g)))
-        retrieval = RetrievalRecallAtK(top_k=(1,))
+        retrieval = CrossModalRecallAtK(top_k=(1,))
         epochs("retrieval", retrieval, lambda i: (_emb(g, 2, 4), _emb(g, 2, 4)))
-        retrieval = RetrievalRecallAtK(top_k=(1,))
+        retrieval = CrossModalRecallAtK(top_k=(1,))
         epochs("retrieval large row", retrieval, lambda i: (_emb(g, 16, 32), _emb(g, 16, 32)))
 
         class ListCallable(Metric):  # a list state with a callable reduction (decisions.rst)

@@ -201,7 +201,9 @@ def test_failure_marker_uses_the_device_of_the_collective_it_joins(monkeypatch: 
 
 
 @pytest.mark.filterwarnings("ignore:.*compute\\(\\) was called before update")
-@pytest.mark.parametrize("name", ["RetrievalRecallAtK", "RetrievalMeanRank", "RetrievalMedianRank", "RetrievalMAPAtK"])
+@pytest.mark.parametrize(
+    "name", ["CrossModalRecallAtK", "CrossModalMeanRank", "CrossModalMedianRank", "CrossModalMAPAtK"]
+)
 def test_retrieval_without_pairs_answers_on_the_metric_device(name: str) -> None:
     """Before any pair the values are NaN, made on the metric's device (not a CPU tensor from a Python float)."""
     import torchmetrics_diff

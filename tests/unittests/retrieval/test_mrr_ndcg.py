@@ -21,7 +21,7 @@ from tests._helpers.checks import Checks, assert_no_failures
 from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
 from tests._helpers.seeds import bounds, rand, seed
-from torchmetrics_diff import Metric, MetricCollection, RetrievalMRR, RetrievalNormalizedDCG, RetrievalRecallAtK
+from torchmetrics_diff import CrossModalMRR, CrossModalNormalizedDCG, CrossModalRecallAtK, Metric, MetricCollection
 from torchmetrics_diff.functional import retrieval_mrr, retrieval_ndcg
 
 pytestmark = pytest.mark.timeout(240)
@@ -31,24 +31,24 @@ DIM = 6
 
 #: name -> (build(chunk), top_k, normalize, directions)
 METRICS: dict[str, tuple[Callable[[int], Metric], int | None, bool, tuple[str, ...]]] = {
-    "MRR": (lambda chunk: RetrievalMRR(chunk_size=chunk), None, True, ("i2t", "t2i")),
-    "MRR@3": (lambda chunk: RetrievalMRR(top_k=3, chunk_size=chunk), 3, True, ("i2t", "t2i")),
-    "nDCG": (lambda chunk: RetrievalNormalizedDCG(chunk_size=chunk), None, True, ("i2t", "t2i")),
-    "nDCG@4": (lambda chunk: RetrievalNormalizedDCG(top_k=4, chunk_size=chunk), 4, True, ("i2t", "t2i")),
+    "MRR": (lambda chunk: CrossModalMRR(chunk_size=chunk), None, True, ("i2t", "t2i")),
+    "MRR@3": (lambda chunk: CrossModalMRR(top_k=3, chunk_size=chunk), 3, True, ("i2t", "t2i")),
+    "nDCG": (lambda chunk: CrossModalNormalizedDCG(chunk_size=chunk), None, True, ("i2t", "t2i")),
+    "nDCG@4": (lambda chunk: CrossModalNormalizedDCG(top_k=4, chunk_size=chunk), 4, True, ("i2t", "t2i")),
     "nDCG@40, raw dot products, t2i only": (
-        lambda chunk: RetrievalNormalizedDCG(top_k=40, chunk_size=chunk, normalize=False, directions=("t2i",)),
+        lambda chunk: CrossModalNormalizedDCG(top_k=40, chunk_size=chunk, normalize=False, directions=("t2i",)),
         40,
         False,
         ("t2i",),
     ),
     "nDCG@4, raw dot products": (
-        lambda chunk: RetrievalNormalizedDCG(top_k=4, chunk_size=chunk, normalize=False),
+        lambda chunk: CrossModalNormalizedDCG(top_k=4, chunk_size=chunk, normalize=False),
         4,
         False,
         ("i2t", "t2i"),
     ),
     "MRR@2, raw dot products": (
-        lambda chunk: RetrievalMRR(top_k=2, chunk_size=chunk, normalize=False),
+        lambda chunk: CrossModalMRR(top_k=2, chunk_size=chunk, normalize=False),
         2,
         False,
         ("i2t", "t2i"),
@@ -133,7 +133,7 @@ def _body(rank: int, world: int) -> dict:
     lo, hi = bounds(sizes, rank)
     image, text, labels = _data(sum(sizes), "collection", "noisy", True)
     coll = MetricCollection(
-        {"mrr": RetrievalMRR(top_k=5), "ndcg": RetrievalNormalizedDCG(top_k=5), "recall": RetrievalRecallAtK()}
+        {"mrr": CrossModalMRR(top_k=5), "ndcg": CrossModalNormalizedDCG(top_k=5), "recall": CrossModalRecallAtK()}
     )
     for step in range(2):
         coll.update(image[lo:hi], text[lo:hi], labels[lo:hi])
@@ -196,7 +196,7 @@ def test_ndcg_is_one_for_a_perfect_ranking_and_ties_share_their_gain() -> None:
     """Each row scoring its own pair highest gives nDCG 1 and MRR 1; constant embeddings tie every item, so the
     one positive gets the mean discount of all ``G`` positions (``mean_i 1/log2(i + 1)``), and MRR its worst rank."""
     eye = torch.eye(4)
-    assert all(float(v) == 1.0 for v in RetrievalNormalizedDCG()(eye, eye).values())
+    assert all(float(v) == 1.0 for v in CrossModalNormalizedDCG()(eye, eye).values())
     assert all(float(v) == 1.0 for v in retrieval_mrr(eye, eye).values())
     ones = torch.ones(4, 3)
     expected = float(np.mean(1 / np.log2(np.arange(2, 6))))
@@ -207,14 +207,14 @@ def test_ndcg_is_one_for_a_perfect_ranking_and_ties_share_their_gain() -> None:
 
 
 BAD: list[tuple[Callable[[], Any], str]] = [
-    (lambda: RetrievalMRR(top_k=0), r"`top_k` must be a positive int or None; got 0"),
-    (lambda: RetrievalNormalizedDCG(top_k=(1, 2)), r"`top_k` must be a positive int or None; got \(1, 2\)"),
-    (lambda: RetrievalNormalizedDCG(top_k=True), "`top_k` must be a positive int or None; got True"),
-    (lambda: RetrievalMRR(directions="x"), "`directions` must be a non-empty sequence"),
-    (lambda: RetrievalNormalizedDCG(chunk_size=0), "`chunk_size` must be a positive int; got 0"),
-    (lambda: RetrievalMRR(normalize="yes"), "`normalize` must be a bool; got 'yes'"),
+    (lambda: CrossModalMRR(top_k=0), r"`top_k` must be a positive int or None; got 0"),
+    (lambda: CrossModalNormalizedDCG(top_k=(1, 2)), r"`top_k` must be a positive int or None; got \(1, 2\)"),
+    (lambda: CrossModalNormalizedDCG(top_k=True), "`top_k` must be a positive int or None; got True"),
+    (lambda: CrossModalMRR(directions="x"), "`directions` must be a non-empty sequence"),
+    (lambda: CrossModalNormalizedDCG(chunk_size=0), "`chunk_size` must be a positive int; got 0"),
+    (lambda: CrossModalMRR(normalize="yes"), "`normalize` must be a bool; got 'yes'"),
     (
-        lambda: RetrievalNormalizedDCG().update(torch.zeros(3, 4), torch.zeros(2, 4)),
+        lambda: CrossModalNormalizedDCG().update(torch.zeros(3, 4), torch.zeros(2, 4)),
         r"`image` and `text` must be paired rows of one shape \(N, D\); got \(3, 4\) and \(2, 4\)",
     ),
     (

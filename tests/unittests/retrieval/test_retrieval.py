@@ -18,11 +18,11 @@ from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
 from tests._helpers.seeds import bounds, rand, seed
 from torchmetrics_diff import (
+    CrossModalMAPAtK,
+    CrossModalMeanRank,
+    CrossModalMedianRank,
+    CrossModalRecallAtK,
     Metric,
-    RetrievalMAPAtK,
-    RetrievalMeanRank,
-    RetrievalMedianRank,
-    RetrievalRecallAtK,
 )
 from torchmetrics_diff.functional import retrieval_recall_at_k
 
@@ -32,11 +32,11 @@ LAYOUTS = {"empty rank": [6, 0, 9], "uneven": [5, 3, 4]}
 DIM, KS, AP_K = 6, (1, 3, 5), 4
 
 METRICS: dict[str, Callable[[int], Metric]] = {
-    "recall": lambda chunk: RetrievalRecallAtK(top_k=KS, chunk_size=chunk),
-    "mean rank": lambda chunk: RetrievalMeanRank(chunk_size=chunk),
-    "median rank": lambda chunk: RetrievalMedianRank(chunk_size=chunk),
-    "mAP": lambda chunk: RetrievalMAPAtK(top_k=AP_K, chunk_size=chunk),
-    "recall, raw dot products, i2t only": lambda chunk: RetrievalRecallAtK(
+    "recall": lambda chunk: CrossModalRecallAtK(top_k=KS, chunk_size=chunk),
+    "mean rank": lambda chunk: CrossModalMeanRank(chunk_size=chunk),
+    "median rank": lambda chunk: CrossModalMedianRank(chunk_size=chunk),
+    "mAP": lambda chunk: CrossModalMAPAtK(top_k=AP_K, chunk_size=chunk),
+    "recall, raw dot products, i2t only": lambda chunk: CrossModalRecallAtK(
         top_k=KS, chunk_size=chunk, normalize=False, directions=("i2t",)
     ),
 }
@@ -150,21 +150,21 @@ def test_values_equal_brute_force_over_the_global_gallery(world_size: int) -> No
 
 
 BAD: list[tuple[Callable[[], Any], str]] = [
-    (lambda: RetrievalRecallAtK(top_k=0), "`top_k` must be a positive int"),
-    (lambda: RetrievalRecallAtK(top_k=[]), "`top_k` must be a positive int or a non-empty sequence"),
-    (lambda: RetrievalMeanRank(directions=("i2i",)), "`directions` must be a non-empty sequence"),
-    (lambda: RetrievalMAPAtK(chunk_size=0), "`chunk_size` must be a positive int; got 0"),
+    (lambda: CrossModalRecallAtK(top_k=0), "`top_k` must be a positive int"),
+    (lambda: CrossModalRecallAtK(top_k=[]), "`top_k` must be a positive int or a non-empty sequence"),
+    (lambda: CrossModalMeanRank(directions=("i2i",)), "`directions` must be a non-empty sequence"),
+    (lambda: CrossModalMAPAtK(chunk_size=0), "`chunk_size` must be a positive int; got 0"),
     (
-        lambda: RetrievalRecallAtK().update(torch.zeros(3, 4), torch.zeros(2, 4)),
+        lambda: CrossModalRecallAtK().update(torch.zeros(3, 4), torch.zeros(2, 4)),
         r"`image` and `text` must be paired rows of one shape \(N, D\); got \(3, 4\) and \(2, 4\)",
     ),
-    (lambda: RetrievalRecallAtK().update(torch.zeros(3), torch.zeros(3)), r"`image` must be a floating \(N, D\)"),
+    (lambda: CrossModalRecallAtK().update(torch.zeros(3), torch.zeros(3)), r"`image` must be a floating \(N, D\)"),
     (
-        lambda: RetrievalRecallAtK().update(torch.zeros(3, 2), torch.zeros(3, 2), torch.tensor([0, 1])),
+        lambda: CrossModalRecallAtK().update(torch.zeros(3, 2), torch.zeros(3, 2), torch.tensor([0, 1])),
         r"`labels` must have shape \(3,\); got \(2,\)",
     ),
     (
-        lambda: RetrievalRecallAtK().update(torch.zeros(2, 2), torch.zeros(2, 2), torch.tensor([0, -2])),
+        lambda: CrossModalRecallAtK().update(torch.zeros(2, 2), torch.zeros(2, 2), torch.tensor([0, -2])),
         r"`labels` must be >= 0; found \[-2\]",
     ),
 ]
