@@ -1,14 +1,15 @@
 """The strategy grid: ``CLIPLoss`` forward + backward per step for each strategy, over rows per rank x width x W.
 
-Real gloo processes at W = 2 and 3, float32, rows per rank 8 / 32 / 128 / 512 and widths 64 / 512 (the ranks
-hold the same number of rows). Each cell: rank 0's median step time of ``"replicated"``, ``"sharded"`` and
+Real gloo processes at W = 2 and 3, float32, rows per rank 8 / 32 / 128 / 256 / 512 and widths 64 / 512 (the
+ranks hold the same number of rows). Each cell: rank 0's median step time of ``"replicated"``, ``"sharded"`` and
 ``"ring"`` (default tile), their blocks interleaved round by round so that a load spike hits them alike, and
-the fastest of the three. When the package's losses accept ``strategy="auto"``, its time and the strategy it
-picked are printed beside them, with the check that ``auto`` is never slower than the best fixed strategy by
-more than the benchmark's noise (``AUTO_SLACK``).
+the fastest of the three; then ``strategy="auto"`` (the default): its time, the strategy it picked
+(``CLIPLoss.last_strategy``) and its time over the fastest fixed one, with the check that ``auto`` is never slower
+than the best fixed strategy by more than the benchmark's noise (``AUTO_SLACK``).
 
-This is the table behind the crossover in ``docs/guide/strategies.rst``: at small global batches the extra
-collectives of the sharded strategy cost more than the rows it saves.
+This is the table behind ``"auto"``'s crossover in ``docs/guide/strategies.rst`` (its constants are
+``AUTO_LOGIT_COST`` and ``AUTO_SHARDED_MIN_WORK`` in ``torchmetrics_diff/_global/strategy.py``): at small global
+batches the extra collectives of the sharded strategy cost more than the rows it saves.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from _timing import Budget, Check, fx, ms, ratio, run_spawned, table, time_dist
 
 FIXED = ("replicated", "sharded", "ring")
-ROWS = (8, 32, 128, 512)
+ROWS = (8, 32, 128, 256, 512)
 WIDTHS = (64, 512)
 WORLDS = (2, 3)
 #: how much slower than the best fixed strategy auto may be in one cell (timing noise on a shared 2-core machine)
