@@ -18,10 +18,10 @@ FSDP, DeepSpeed) or sums them (``"sum"``), equals that of one process on the glo
 (:func:`auto_strategy`, :func:`resolve`), identically on every rank.
 
 This module holds what they share: the table of strategies, the checks of the options
-(:func:`check_options`, used by the functions and by the loss classes) and ``"auto"``'s choice, :func:`checked_together` (a bad input
-on one rank raises on every rank), the packing of several views into one collective, the replicated and
-sharded runs of a row-decomposable loss (:func:`global_rows_loss`) and the global value whose gradient is
-this rank's share (:func:`sharded_value`, :func:`global_normalized`).
+(:func:`check_options`, used by the functions and by the loss classes), ``"auto"``'s choice,
+:func:`checked_together` (a bad input on one rank raises on every rank), the packing of several views into one
+collective, the replicated and sharded runs of a row-decomposable loss (:func:`global_rows_loss`) and the global
+value whose gradient is this rank's share (:func:`sharded_value`, :func:`global_normalized`).
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def resolve(options: Options, rows: int, width: int, itemsize: int, views: int =
         pick = auto_strategy(rows, rows, width, 1, itemsize, views)
     else:
         if memory is None:
-            memory = derived(options.group).setdefault(("auto strategy", key), AutoChoice())
+            memory = derived(options.group).setdefault(f"auto strategy: {key}", AutoChoice())
         if memory.total < 0:
             _agree(memory, [rows, width, itemsize], options.group, world)
         pick = auto_strategy(memory.total, memory.largest, memory.width, world, memory.itemsize, views)

@@ -65,10 +65,7 @@ def _step_errors(kind: str, loss: Any, rank: int, world: int, sizes: tuple[int, 
     b_all = F.normalize(rand((n, WIDTH), kind, step, "b"), dim=1)
     scale = torch.tensor(7.0, dtype=F64, requires_grad=True)
     a, b = a_all[lo:hi].clone().requires_grad_(), b_all[lo:hi].clone().requires_grad_()
-    if kind == "clip":
-        value = loss(a, b, scale)
-    else:
-        value = loss(a, b)
+    value = loss(a, b, scale) if kind == "clip" else loss(a, b)
     value.backward()
 
     ref_a, ref_b = a_all.clone().requires_grad_(), b_all.clone().requires_grad_()
@@ -155,14 +152,14 @@ def _function_pick() -> str | None:
     from torchmetrics_diff._global.strategy import AutoChoice
     from torchmetrics_diff.distributed._call import derived
 
-    memory = derived(None).get(("auto strategy", "global_clip_loss"))
+    memory = derived(None).get("auto strategy: global_clip_loss")
     return memory.last if isinstance(memory, AutoChoice) else None
 
 
 def _forget_function_memory() -> None:
     from torchmetrics_diff.distributed._call import derived
 
-    derived(None).pop(("auto strategy", "global_clip_loss"), None)
+    derived(None).pop("auto strategy: global_clip_loss", None)
 
 
 def test_every_rank_picks_from_the_global_batch() -> None:
