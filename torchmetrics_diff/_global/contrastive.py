@@ -5,8 +5,10 @@ Every contrastive loss has a table from strategy to implementation (:func:`~.str
 ``"replicated"`` and ``"sharded"`` run its block form of ``functional._contrastive`` through
 :func:`~.strategy.rows_loss`, ``"ring"`` its kernel of :mod:`.ring_losses`. Sharded CLIP has its own: it computes
 each global logit once (:func:`clip_sum`: only the texts are gathered, the text-to-image statistics come from
-every rank's partial column log-sum-exps). Barlow Twins (:mod:`.barlow_twins`) all-reduces its sufficient
-statistics, and the normalized losses (:mod:`.normalized`) their sums and counts, whatever the strategy.
+every rank's partial column log-sum-exps). ``"auto"`` is resolved to one of them first
+(:func:`~.strategy.resolve`), and :func:`~.strategy.run` calls the implementation with the pick in the call's
+name. Barlow Twins (:mod:`.barlow_twins`) all-reduces its sufficient statistics, and the normalized losses
+(:mod:`.normalized`) their sums and counts, whatever the strategy.
 
 All views of a sample travel in one collective (packed side by side), so every rank issues the same
 collectives in the same order in forward and backward.

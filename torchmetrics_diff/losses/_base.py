@@ -163,7 +163,8 @@ class GlobalBatchLoss(Metric):
         return self._auto.last if self.strategy == "auto" else self.strategy
 
     def _options(self) -> dict[str, Any]:
-        ring = {"tile": self.tile} if self.strategy in ("ring", "auto") else {}
+        # the tile where the ring may run; left out by default, so that global_rows_loss (no ring) takes these too
+        ring = {"tile": self.tile} if self.strategy == "ring" or self.tile is not None else {}
         strategy = self._auto if self.strategy == "auto" else self.strategy
         return {"strategy": strategy, "group": self.process_group, "grad_reduction": self.grad_reduction, **ring}
 
