@@ -149,8 +149,9 @@ class GlobalBatchLoss(Metric):
 
     @property
     def last_strategy(self) -> str | None:
-        """The strategy of the last call that computed the global loss: the fixed ``strategy``, or what ``"auto"``
-        picked (``None`` before its first such call), the same on every rank. For logging.
+        """The strategy of the last call that computed the global loss, the same on every rank (for logging).
+
+        The fixed ``strategy`` itself, or what ``"auto"`` picked; ``None`` before its first such call.
 
         Example:
             >>> import torch

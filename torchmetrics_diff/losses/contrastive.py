@@ -28,8 +28,9 @@ class CLIPLoss(GlobalBatchLoss):
     over the ``N`` rows of every rank, with ``s`` the ``logit_scale`` given per call.
 
     Args:
-        strategy: ``"auto"`` (default: picks one of the others per call from the global batch and the width,
-            :attr:`last_strategy`), ``"sharded"`` (each rank scores its own rows against all), ``"replicated"`` or
+        strategy: ``"auto"`` (default: picks one of the others per call from the global batch and the width, see
+            :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"`` (each rank scores its
+            own rows against all), ``"replicated"`` or
             ``"ring"`` (the candidate blocks travel around the ranks; :doc:`/guide/ring`); see
             :doc:`/guide/strategies`.
         tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
@@ -96,8 +97,9 @@ class InfoNCELoss(GlobalBatchLoss):
 
     Args:
         temperature: ``τ``, a finite positive number. Default ``0.1``.
-        strategy: ``"auto"`` (default: picks one of the others per call, :attr:`last_strategy`), ``"sharded"``,
-            ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
+        strategy: ``"auto"`` (default: picks one of the others per call, see
+            :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"``, ``"replicated"`` or
+            ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
         tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
             ``process_group``, ``grad_reduction``...).
@@ -155,8 +157,9 @@ class SupConLoss(GlobalBatchLoss):
 
     Args:
         temperature: ``τ``, a finite positive number. Default ``0.1``.
-        strategy: ``"auto"`` (default: picks one of the others per call, :attr:`last_strategy`), ``"sharded"``,
-            ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
+        strategy: ``"auto"`` (default: picks one of the others per call, see
+            :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"``, ``"replicated"`` or
+            ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
         tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
             ``process_group``, ``grad_reduction``...).
@@ -217,8 +220,9 @@ class SigLIPLoss(GlobalBatchLoss):
     with ``t = logit_scale`` and ``b = logit_bias`` given per call, over the ``N`` rows of every rank.
 
     Args:
-        strategy: ``"auto"`` (default: picks one of the others per call, :attr:`last_strategy`), ``"sharded"``,
-            ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
+        strategy: ``"auto"`` (default: picks one of the others per call, see
+            :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"``, ``"replicated"`` or
+            ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
         tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
         dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
             plain local loss.
