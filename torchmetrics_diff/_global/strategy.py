@@ -34,7 +34,7 @@ from typing import Any, Callable, NamedTuple, cast
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed import all_reduce, gather_all_tensors
+from torchmetrics_diff.distributed import all_reduce, gather_all_tensors, get_checks
 from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
 from torchmetrics_diff.distributed._call import CONTEXT, derived, exchange
@@ -210,8 +210,9 @@ def resolve(options: Options, rows: int, width: int, itemsize: int, views: int =
     """``options`` with ``"auto"`` replaced by its pick for this call (explicit strategies unchanged).
 
     The pick follows from values every rank agrees on (:class:`AutoChoice`): the previous call's global batch, or
-    at the first call every rank's ``(rows, width, itemsize)`` from one header exchange. Call it after the call's
-    input checks (:func:`checked_together`), before its first collective.
+    at the first call every rank's ``(rows, width, itemsize)`` from one header exchange (with the checks
+    ``"off"``, :func:`~torchmetrics_diff.distributed.set_checks`, which exchange no headers: ``"sharded"`` at the
+    first call). Call it after the call's input checks (:func:`checked_together`), before its first collective.
 
     Args:
         options: the checked options; ``options.auto`` is the loss's memory, ``None`` for a function's call.
@@ -228,9 +229,14 @@ def resolve(options: Options, rows: int, width: int, itemsize: int, views: int =
     else:
         if memory is None:
             memory = derived(options.group).setdefault(f"auto strategy: {key}", AutoChoice())
-        if memory.total < 0:
-            _agree(memory, [rows, width, itemsize], options.group, world)
-        pick = auto_strategy(memory.total, memory.largest, memory.width, world, memory.itemsize, views)
+        if memory.total < 0 and get_checks(options.group) == "off":
+            # no header exchange to carry the rows (and a fixed-metadata mode): a fixed first pick, then the batch
+            # its gather shows to every rank
+            pick = "sharded"
+        else:
+            if memory.total < 0:
+                _agree(memory, [rows, width, itemsize], options.group, world)
+            pick = auto_strategy(memory.total, memory.largest, memory.width, world, memory.itemsize, views)
     if memory is not None:
         memory.last, memory.call = pick, (width, itemsize)
     return options._replace(strategy=pick, auto=memory)

@@ -206,6 +206,40 @@ def test_ranks_that_pick_differently_raise_naming_the_strategies() -> None:
     assert not problems, "\n".join(problems)
 
 
+# ------------------------------------------------------------------------ checks "off": no header to carry the rows
+def _checks_off_body(rank: int, world: int) -> dict[str, Any]:
+    from torchmetrics_diff.distributed import get_checks, set_checks
+    from torchmetrics_diff.losses import CLIPLoss
+
+    sizes = (3, 5)
+    lo, hi = bounds(sizes, rank)
+    img = F.normalize(rand((8, 6), "off", "img"), dim=1)
+    txt = F.normalize(rand((8, 6), "off", "txt"), dim=1)
+    before = get_checks()
+    set_checks("off")
+    try:
+        first, second = CLIPLoss(), CLIPLoss()
+        picks, values = [], []
+        for loss in (first, first, second):
+            values.append(loss(img[lo:hi], txt[lo:hi], 4.0).item())
+            picks.append(loss.last_strategy)
+    finally:
+        set_checks(before)
+    return {"picks": picks, "values": values, "ref": _clip_reference(img, txt, torch.tensor(4.0, dtype=F64)).item()}
+
+
+def test_with_checks_off_the_first_call_is_sharded_then_the_rule() -> None:
+    """With the checks "off" no header carries the rows: each loss's first call runs "sharded" (a fixed rule, the
+    same on every rank), the next ones decide from the batch the previous gather showed (8 rows: replicated)."""
+    problems = []
+    for rank, res in enumerate(run_distributed(_checks_off_body, 2, timeout=120)):
+        if res["picks"] != ["sharded", "replicated", "sharded"]:
+            problems.append(f"rank {rank}: picks {res['picks']}")
+        if any(abs(v - res["ref"]) > 1e-10 for v in res["values"]):
+            problems.append(f"rank {rank}: values {res['values']} against {res['ref']}")
+    assert not problems, "\n".join(problems)
+
+
 # ------------------------------------------------------------------------ one process, and bad values
 def test_one_process_picks_replicated_or_ring_and_the_value_is_the_loss() -> None:
     from torchmetrics_diff._global import strategy
