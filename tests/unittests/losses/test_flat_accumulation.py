@@ -356,3 +356,35 @@ def test_flat_accumulation_errors() -> None:
     assert all(torch.equal(p.grad, b) for p, b in zip(model.parameters(), before))
     with loss_fn.flat_accumulation(model):
         pass
+
+
+def _fsdp2(rank: int, world: int) -> dict[str, Any]:
+    """FSDP2 (``fully_shard``): every forward all-gathers the parameters, so every rank runs the same number of
+    micro-batches, the short ranks padding with empty ones (2/3/1 -> 3/3/3); ``finish_step`` rescales the local
+    shards of the sharded gradients."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = _model()
+    net = fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    loss_fn = TokenCrossEntropyLoss()
+    batches = _batches("tokens", 0, rank)
+    most = max(COUNTS[0])
+    batches += [_empty("tokens")] * (most - len(batches))
+    with loss_fn.flat_accumulation(model.parameters()) as acc:
+        for i, (x, target) in enumerate(batches):
+            net.set_requires_gradient_sync(i == most - 1)
+            loss_fn(net(x), target).backward()
+    grads = {n: p.grad.full_tensor().detach().clone() for n, p in model.named_parameters()}
+    return {"grads": grads, "loss": float(acc.loss)}
+
+
+def test_fully_shard_with_padded_micro_batches_is_one_process_on_the_step() -> None:
+    fsdp = pytest.importorskip("torch.distributed.fsdp", reason="FSDP2 needs torch.distributed.fsdp")
+    if not hasattr(fsdp, "fully_shard"):  # pragma: no cover - torch 2.13 has it
+        pytest.skip("this torch has no torch.distributed.fsdp.fully_shard (FSDP2)")
+    loss, _, grads = _reference("tokens", 0, 3)
+    for rank, r in enumerate(run_distributed(_fsdp2, 3, timeout=120.0)):
+        assert max_err(r["loss"], loss) <= 1, (rank, r["loss"], loss)
+        for name, want in grads.items():
+            assert max_err(r["grads"][name], want) <= 1, (rank, name, r["grads"][name], want)
