@@ -58,7 +58,9 @@ class GlobalMeanLoss(Metric):
     ``F.cross_entropy(..., reduction="none")``), optional weights and/or a bool mask. The returned value is
     identical on every rank and its gradient is the one-big-device gradient
     (:ref:`architecture-gradient-contract`). :meth:`compute`
-    returns the weighted mean over every element seen since the last reset, over every rank.
+    returns the weighted mean over every element seen since the last reset, over every rank. With gradient
+    accumulation, :meth:`accumulate` normalizes each call by the step's weight known up front, and
+    :meth:`flat_accumulation` normalizes the step's gradients at its end (:doc:`/guide/accumulation`).
 
     Args:
         dist_sync_on_step: normalize by the global weight (default ``True``); ``False``: the local mean.
@@ -161,7 +163,8 @@ class GlobalMeanLoss(Metric):
 
         Inside the block each call returns this rank's *unnormalized* sum ``Σ w·v`` of its micro-batch, with its
         graph, and communicates nothing: call ``backward()`` on it. Ranks may run different numbers of
-        micro-batches in a step, none included. :meth:`FlatAccumulation.finish_step` ends the optimizer step: on
+        micro-batches in a step, none included.
+        :meth:`~torchmetrics_diff.losses.normalized.FlatAccumulation.finish_step` ends the optimizer step: on
         every rank it sums the step's weight ``N`` over the ranks and multiplies the ``.grad`` of each of
         ``params`` by ``W / N`` (``grad_reduction="mean"``, the trainer averages over ``W`` ranks) or ``1 / N``
         (``"sum"``), which makes it the one-device gradient of the step's global mean
@@ -179,7 +182,8 @@ class GlobalMeanLoss(Metric):
                 module itself); parameters whose ``.grad`` is ``None`` are left alone.
 
         Yields:
-            The block's :class:`FlatAccumulation`: ``finish_step()``, and ``loss`` and ``weight`` of the last
+            The block's :class:`~torchmetrics_diff.losses.normalized.FlatAccumulation`: ``finish_step()``, and
+            ``loss`` and ``weight`` of the last
             finished step.
 
         Raises:
@@ -299,7 +303,7 @@ class GlobalMeanLoss(Metric):
             if named:
                 leave()
             world = group_size(group)
-        total_sum, total_weight, calls = local.tolist()  # (one host read per optimizer step)
+        _, total_weight, calls = local.tolist()  # (one host read per optimizer step)
         if total_weight > 0:
             factor = grad_factor(world, self.grad_reduction) / total_weight
             with torch.no_grad():
@@ -337,13 +341,14 @@ class GlobalMeanLoss(Metric):
 
 
 class FlatAccumulation:
-    """The handle of a :meth:`GlobalMeanLoss.flat_accumulation` block: ends optimizer steps, keeps their loss.
+    """The handle of a :meth:`~torchmetrics_diff.losses.GlobalMeanLoss.flat_accumulation` block: ends optimizer
+    steps, keeps their loss.
 
     Attributes:
         loss: the global mean loss of the last finished step, detached and identical on every rank (``None``
             before the first): for logging.
         weight: that step's global weight ``N`` (float64; the valid tokens of
-            :class:`TokenCrossEntropyLoss`), ``None`` before the first step.
+            :class:`~torchmetrics_diff.losses.TokenCrossEntropyLoss`), ``None`` before the first step.
         steps: the steps finished in the block.
         micro_batches: this rank's calls in the step in progress.
     """

@@ -327,6 +327,12 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
                 out = count(f"{name} accumulate({how}) forward {i + 1}", lambda b=b, loss=loss: loss(*b))
                 out.backward()
             count(f"{name} accumulate({how}) exit", lambda block=block: block.__exit__(None, None, None))
+        flat = loss.flat_accumulation([b[0] for b in batches])  # the micro-batches' sums; one finish per step
+        acc = count(f"{name} flat_accumulation enter", flat.__enter__)
+        for i, b in enumerate(batches):
+            count(f"{name} flat_accumulation forward {i + 1}", lambda b=b, loss=loss: loss(*b)).backward()
+        count(f"{name} flat_accumulation finish_step", acc.finish_step)
+        count(f"{name} flat_accumulation exit", lambda flat=flat: flat.__exit__(None, None, None))
 
     # --- the MoE router losses: one layer and three layers in one call
     def router(layers: int) -> tuple:
@@ -490,6 +496,12 @@ SITUATIONS: dict[str, Any] = {
     "TokenCrossEntropyLoss accumulate(items) exit": 2,
     "TokenCrossEntropyLoss accumulate(total=) enter": 0,
     "TokenCrossEntropyLoss accumulate(total=) exit": 0,
+    "TokenCrossEntropyLoss accumulate(items) forward 2": 1,
+    "TokenCrossEntropyLoss flat_accumulation enter": 0,
+    "TokenCrossEntropyLoss flat_accumulation forward 1": 0,
+    "TokenCrossEntropyLoss flat_accumulation forward 2": 0,
+    "TokenCrossEntropyLoss flat_accumulation finish_step": 1,
+    "TokenCrossEntropyLoss flat_accumulation exit": 1,
     "BarlowTwinsLoss forward 1": 1,
     "BarlowTwinsLoss forward 3": 1,
     "BarlowTwinsLoss forward 1 [all_reduce]": 0,

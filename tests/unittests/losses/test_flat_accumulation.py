@@ -138,8 +138,15 @@ def _flat_loop(rank: int, world: int, kind: str, grad_reduction: str) -> list[di
                 for g in grads.values():
                     dist.all_reduce(g)
             out.append(
-                {"sums": sums, "wanted": wanted, "loss": float(returned), "acc_loss": float(acc.loss),
-                 "weight": float(acc.weight), "grads": grads, "compute": float(loss_fn.compute())}
+                {
+                    "sums": sums,
+                    "wanted": wanted,
+                    "loss": float(returned),
+                    "acc_loss": float(acc.loss),
+                    "weight": float(acc.weight),
+                    "grads": grads,
+                    "compute": float(loss_fn.compute()),
+                }
             )
             loss_fn.reset()
             model.zero_grad()
