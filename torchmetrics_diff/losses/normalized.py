@@ -158,7 +158,7 @@ class GlobalMeanLoss(Metric):
             )
 
     @contextmanager
-    def flat_accumulation(self, params: Iterable[Tensor] | nn.Module) -> Iterator[FlatAccumulation]:
+    def flat_accumulation(self, params: Iterable[Tensor]) -> Iterator[FlatAccumulation]:
         """Accumulate micro-batches whose targets are not known in advance; normalize the gradients at the end.
 
         Inside the block each call returns this rank's *unnormalized* sum ``Σ w·v`` of its micro-batch, with its
@@ -276,8 +276,8 @@ class GlobalMeanLoss(Metric):
             self._accumulation[2] += float(count)
 
     def _flat_step(self, flat: FlatAccumulation, inputs: dict[str, Any]) -> Tensor:
-        """``forward`` inside :meth:`flat_accumulation`: the block's unnormalized sum, no collective (so an input
-        error raises on this rank only; its peers learn of it at the step's ``finish_step``)."""
+        """``forward`` inside :meth:`flat_accumulation`: the block's unnormalized sum, no collective. An input error
+        therefore raises on this rank alone; the peers meet it (or its exit) at the step's ``finish_step``."""
         self._check_inputs(inputs)
         loss_sum, count = self._block(**inputs)
         return record_step(self, loss_sum, lambda: self._record_flat(flat, loss_sum, count))
