@@ -395,3 +395,26 @@ def test_fully_shard_with_padded_micro_batches_is_one_process_on_the_step() -> N
         assert max_err(r["loss"], loss) <= 1, (rank, r["loss"], loss)
         for name, want in grads.items():
             assert max_err(r["grads"][name], want) <= 1, (rank, name, r["grads"][name], want)
+
+
+@pytest.mark.parametrize("order", ["finish, unscale", "unscale, finish"])
+def test_grad_scaler_commutes_with_the_rescale(order: str) -> None:
+    """``GradScaler``: scaled sums backward, then ``finish_step`` and ``unscale_`` in either order."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    loss_fn = TokenCrossEntropyLoss()
+    batches = _batches("tokens", 0, 1)
+    with loss_fn.flat_accumulation(model.parameters()) as acc:
+        for x, target in batches:
+            scaler.scale(loss_fn(model(x), target)).backward()
+        if order == "finish, unscale":
+            acc.finish_step()
+            scaler.unscale_(optimizer)
+        else:
+            scaler.unscale_(optimizer)
+            acc.finish_step()
+    logits = torch.cat([model(x).reshape(-1, N_CLASSES) for x, _ in batches])
+    want = F.cross_entropy(logits, torch.cat([t.reshape(-1) for _, t in batches]), ignore_index=IGNORE)
+    for p, g in zip(model.parameters(), torch.autograd.grad(want, list(model.parameters()))):
+        assert max_err(p.grad, g) <= 1
