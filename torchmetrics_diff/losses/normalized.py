@@ -164,7 +164,7 @@ class GlobalMeanLoss(Metric):
         Inside the block each call returns this rank's *unnormalized* sum ``Σ w·v`` of its micro-batch, with its
         graph, and communicates nothing: call ``backward()`` on it. Ranks may run different numbers of
         micro-batches in a step, none included.
-        :meth:`~torchmetrics_diff.losses.normalized.FlatAccumulation.finish_step` ends the optimizer step: on
+        :meth:`~torchmetrics_diff.losses.FlatAccumulation.finish_step` ends the optimizer step: on
         every rank it sums the step's weight ``N`` over the ranks and multiplies the ``.grad`` of each of
         ``params`` by ``W / N`` (``grad_reduction="mean"``, the trainer averages over ``W`` ranks) or ``1 / N``
         (``"sum"``), which makes it the one-device gradient of the step's global mean
@@ -182,7 +182,7 @@ class GlobalMeanLoss(Metric):
                 module itself); parameters whose ``.grad`` is ``None`` are left alone.
 
         Yields:
-            The block's :class:`~torchmetrics_diff.losses.normalized.FlatAccumulation`: ``finish_step()``, and
+            The block's :class:`~torchmetrics_diff.losses.FlatAccumulation`: ``finish_step()``, and
             ``loss`` and ``weight`` of the last
             finished step.
 
