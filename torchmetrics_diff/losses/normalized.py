@@ -342,7 +342,11 @@ class GlobalMeanLoss(Metric):
 
 class FlatAccumulation:
     """The handle of a :meth:`~torchmetrics_diff.losses.GlobalMeanLoss.flat_accumulation` block: ends optimizer
-    steps, keeps their loss.
+    steps, keeps their loss. Made by ``flat_accumulation()``, not by hand.
+
+    Args:
+        owner: the loss whose calls the block collects.
+        params: the parameters whose ``.grad`` :meth:`finish_step` rescales.
 
     Attributes:
         loss: the global mean loss of the last finished step, detached and identical on every rank (``None``
@@ -353,7 +357,7 @@ class FlatAccumulation:
         micro_batches: this rank's calls in the step in progress.
     """
 
-    def __init__(self, owner: GlobalMeanLoss, params: list[Tensor]) -> None:
+    def __init__(self, owner: GlobalMeanLoss, params: list[torch.Tensor]) -> None:
         self._owner, self._params, self._open = owner, params, True
         self._sum: Tensor | None = None  # this rank's Σ w·v of the step in progress (detached, float64)
         self._weight: Tensor | None = None  # and its weight
