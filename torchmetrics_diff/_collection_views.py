@@ -103,15 +103,18 @@ class ValueView(nn.Module):
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff import MetricCollection, SumMetric
-        >>> from torchmetrics_diff.retrieval import CrossModalMRR
-        >>> metrics = MetricCollection({"mrr": CrossModalMRR(), "n": SumMetric()}, prefix="val/")
+        >>> from torchmetrics_diff import MetricCollection
+        >>> from torchmetrics_diff.retrieval import CrossModalMeanRank, CrossModalMRR
+        >>> metrics = MetricCollection({"mrr": CrossModalMRR(), "rank": CrossModalMeanRank()}, prefix="val/")
         >>> metrics.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.1], [1.0, 0.0]]))
-        >>> {key: type(m).__name__ for key, m in metrics.items()}
-        {'val/i2t_MRR': 'ValueView', 'val/t2i_MRR': 'ValueView', 'val/n': 'SumMetric'}
+        >>> [(key, type(m).__name__) for key, m in metrics.items()]  # doctest: +NORMALIZE_WHITESPACE
+        [('val/i2t_MRR', 'ValueView'), ('val/t2i_MRR', 'ValueView'),
+         ('val/i2t_mean_rank', 'ValueView'), ('val/t2i_mean_rank', 'ValueView')]
         >>> dict(metrics.items())["val/t2i_MRR"].compute()
         tensor(0.7500)
     """
+
+    _shared: _SharedValue
 
     def __init__(self, shared: _SharedValue, key: str) -> None:
         super().__init__()

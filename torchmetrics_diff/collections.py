@@ -265,7 +265,11 @@ class MetricCollection(nn.ModuleDict):
         as long as the members, their keys and the prefix/postfix stay (Lightning finds them by identity)."""
         register_views_with_torchmetrics()
         declared = {n: k for n, k in ((n, declared_keys(m)) for n, m in self._modules.items()) if k is not None}
-        layout = (self.prefix, self.postfix, tuple((n, id(m), tuple(declared.get(n, ()))) for n, m in self._modules.items()))
+        layout = (
+            self.prefix,
+            self.postfix,
+            tuple((n, id(m), tuple(declared.get(n, ()))) for n, m in self._modules.items()),
+        )
         if self._views is None or self._views[0] != layout:
             names = self._flat_names({n: declared.get(n) for n in self._modules})
             built = build_views(self._modules, declared)
@@ -273,7 +277,7 @@ class MetricCollection(nn.ModuleDict):
             self._views = (layout, views)
         return self._views[1]
 
-    def named_modules(  # type: ignore[override]
+    def named_modules(
         self, memo: set[nn.Module] | None = None, prefix: str = "", remove_duplicate: bool = True
     ) -> Iterator[tuple[str, nn.Module]]:
         """``nn.Module``'s, then the views of the dict-valued members' entries (see :meth:`items`), named

@@ -57,7 +57,9 @@ def _theirs(layout: str) -> Any:
         inner = tm.classification.MulticlassAccuracy(num_classes=3, average=None)
         return tm.wrappers.ClasswiseWrapper(inner, labels=LABELS, prefix=prefix)
 
-    return _build(layout, lambda *a, **k: tm.MetricCollection(*a, compute_groups=False, **k), cw, _TheirMRR, tm.SumMetric)
+    return _build(
+        layout, lambda *a, **k: tm.MetricCollection(*a, compute_groups=False, **k), cw, _TheirMRR, tm.SumMetric
+    )
 
 
 def _build(layout: str, coll: Any, cw: Any, mrr: Any, total: Any) -> Any:
