@@ -278,8 +278,8 @@ class MetricCollection(nn.ModuleDict):
         return self._views[1]
 
     def named_modules(
-        self, memo: set[nn.Module] | None = None, prefix: str = "", remove_duplicate: bool = True
-    ) -> Iterator[tuple[str, nn.Module]]:
+        self, memo: set[Any] | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Any]]:
         """``nn.Module``'s, then the views of the dict-valued members' entries (see :meth:`items`), named
         ``"<member>[<entry>]"``: Lightning finds a metric passed to ``self.log`` among the module's
         ``named_modules()``. The views hold no parameter, buffer or state, and are not children (``state_dict``,
