@@ -81,7 +81,7 @@ class _SharedValue:
         was not updated since, else of a new ``compute()`` (every view reading it once more)."""
         if key not in self.pending or self.member.update_count != self.count:
             value = self.member.compute()
-            if not isinstance(value, dict) or list(value) != self.keys:
+            if not isinstance(value, dict) or set(value) != set(self.keys):
                 got = list(value) if isinstance(value, dict) else type(value).__name__
                 raise ValueError(
                     f"member {self.name!r} ({type(self.member).__name__}) declared the keys {self.keys} in "
@@ -154,8 +154,8 @@ class ValueView(nn.Module):
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Not available: a view reads a member; update the collection or the member."""
         raise TypeError(
-            f"{self.key!r} is a view of the entry {self.key!r} of member {self._shared.name!r}: update the "
-            "collection (or the member) instead"
+            f"this is a view of the entry {self.key!r} of the collection member {self._shared.name!r}, which cannot "
+            "be updated: update the collection (or the member) instead"
         )
 
     def forward(self, *args: Any, **kwargs: Any) -> None:
