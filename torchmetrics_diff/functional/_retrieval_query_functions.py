@@ -60,6 +60,9 @@ def retrieval_average_precision(
         >>> import torch
         >>> retrieval_average_precision(torch.tensor([0.2, 0.3, 0.5]), torch.tensor([True, False, True]))
         tensor(0.8333)
+        >>> preds, target = torch.tensor([0.2, float("nan"), 0.5]), torch.tensor([True, True, False])
+        >>> retrieval_average_precision(preds, target, nan_strategy="ignore")  # the NaN-scored document dropped
+        tensor(0.5000)
     """
     top_k = check_optional_positive_int("top_k", top_k)
     preds, target = check_single_query(preds, target, True, nan_strategy, "retrieval_average_precision")
