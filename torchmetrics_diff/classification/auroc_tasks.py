@@ -95,8 +95,15 @@ class BinaryAUROC(AUROC):
         nan_strategy: str = "error",
         **kwargs: Any,
     ) -> None:
-        args = {"thresholds": thresholds, "max_fpr": max_fpr, "nan_strategy": nan_strategy}
-        super().__init__("binary", ignore_index, validate_args, **args, **kwargs)
+        super().__init__(
+            "binary",
+            ignore_index,
+            validate_args,
+            thresholds=thresholds,
+            max_fpr=max_fpr,
+            nan_strategy=nan_strategy,
+            **kwargs,
+        )
 
 
 @_task_doc
@@ -154,8 +161,14 @@ class BinaryAveragePrecision(AveragePrecision):
         **kwargs: Any,
     ) -> None:
         _check_normalization(normalization)
-        args = {"ignore_index": ignore_index, "validate_args": validate_args, "nan_strategy": nan_strategy}
-        super().__init__("binary", thresholds, **args, **kwargs)
+        super().__init__(
+            "binary",
+            thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            nan_strategy=nan_strategy,
+            **kwargs,
+        )
 
 
 @_task_doc
