@@ -297,6 +297,12 @@ def _distributed_body(rank: int, world: int, strategy: str) -> dict[str, Any]:
             except ValueError as err:
                 out[task] = ("raised", str(err))
         out[task + " warnings"] = _nan_warnings(caught)
+    preds, target, _ = _data("binary")
+    metric = C.BinaryAUROC(nan_strategy=strategy, dist_sync_on_step=True)  # forward's value: the global batch
+    try:
+        out["forward"] = ("value", metric(preds[rows], target[rows]))
+    except ValueError as err:
+        out["forward"] = ("raised", str(err))
     return out
 
 
@@ -320,3 +326,15 @@ def test_nans_on_one_rank_give_the_same_outcome_on_every_rank(strategy: str) -> 
             warned = res[task + " warnings"]
             assert len(warned) == (strategy == "warn"), (rank, warned)
             assert strategy == "ignore" or f"dropped {count} of " in warned[0]
+    preds, target, count = _data("binary")
+    keep = ~torch.isnan(preds)
+    for rank, res in enumerate(results):
+        kind, value = res["forward"]
+        if strategy == "error":
+            assert kind == "raised" and value.startswith(f"BinaryAUROC: `preds` holds NaN scores in {count} of 60 "), (
+                rank,
+                value,
+            )
+        else:
+            assert kind == "value", (rank, value)
+            _close(value, tm.binary_auroc(preds[keep], target[keep]))
