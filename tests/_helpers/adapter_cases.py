@@ -1,7 +1,7 @@
 """torchmetrics metrics from domains the package does not implement, with seeded data, for the adapter's tests.
 
 Each :class:`AdapterCase` builds a fresh torchmetrics metric and the global data of ``n`` rows (every rank
-rebuilds all of it from the seed parts, then takes its rows). :data:`VALUE_CASES` spans seven domains (image,
+rebuilds all of it from the seed parts, then takes its rows). :func:`value_cases` spans seven domains (image,
 audio, text, segmentation, clustering, nominal, detection, shape); :func:`image_collection_members` are the
 ten metrics of one collection (the counts test and ``benchmarks/bench_adapter.py``).
 
@@ -10,6 +10,7 @@ torchmetrics is imported on first use: only processes that adapt metrics pay for
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any, Callable, NamedTuple
 
@@ -134,8 +135,10 @@ _ALL: dict[str, AdapterCase] = {
     "Procrustes": AdapterCase("shape", "shape.ProcrustesDisparity", {}, _points),
 }
 
-#: the cases the installed torchmetrics has (1.9 has them all)
-VALUE_CASES: dict[str, AdapterCase] = {name: case for name, case in _ALL.items() if case.available()}
+@functools.cache
+def value_cases() -> dict[str, AdapterCase]:
+    """The cases the installed torchmetrics has (1.9 has them all; 1.3 lacks segmentation and shape)."""
+    return {name: case for name, case in _ALL.items() if case.available()}
 
 
 # --------------------------------------------------------------------------- custom reductions (the slow path)
@@ -195,3 +198,30 @@ def color_images(n: int, tag: str, dtype: torch.dtype = torch.float32) -> tuple[
     """Three-channel 16 x 16 images in [0, 1] (SpectralAngleMapper needs several channels)."""
     target = torch.sigmoid(rand((n, 3, 16, 16), tag, "target", dtype=dtype))
     return (target + 0.1 * rand((n, 3, 16, 16), tag, "noise", dtype=dtype)).clamp(0, 1), target
+
+
+# --------------------------------------------------------------------------- the documented counts
+def adapter_situations(rank: int, count: Callable[[str, Callable[[], Any]], Any]) -> None:
+    """The adapter as docs/guide/torchmetrics_adapter.rst describes it, for the documented-counts test: three
+    epochs of one adapted metric (reset, update, ``compute``), and three synced steps and ``compute`` of a
+    collection of ten."""
+    from torchmetrics_diff import MetricCollection
+    from torchmetrics_diff.wrappers import Synced
+
+    single = Synced(image_collection_members()["psnr"])
+    ten = MetricCollection({k: Synced(m, dist_sync_on_step=True) for k, m in image_collection_members().items()})
+    for i in range(1, 4):
+        preds, target = color_images(2 + rank, f"documented count {i} rank {rank}")
+        single.reset()
+        single.update(preds, target)
+        count(f"Synced(PSNR) sync {i}", single.compute)
+        count(f"collection of 10 Synced forward {i}", lambda p=preds, t=target: ten(p, t))
+        count(f"collection of 10 Synced sync {i}", ten.compute)
+
+
+#: the steady state (the third call) of :func:`adapter_situations`: one collective each
+ADAPTER_STEADY = {
+    "Synced(PSNR) sync 3": 1,
+    "collection of 10 Synced forward 3": 1,
+    "collection of 10 Synced sync 3": 1,
+}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests._helpers.adapter_cases import VALUE_CASES, color_images, image_collection_members
+from tests._helpers.adapter_cases import value_cases, color_images, image_collection_members
 from tests._helpers.seeds import F64, rand
 from torchmetrics_diff import MetricCollection, SumMetric
 from torchmetrics_diff.wrappers import MetricTracker, Synced
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.fil
 
 
 def _psnr_data(n: int = 4, tag: str = "psnr") -> tuple[torch.Tensor, torch.Tensor]:
-    return VALUE_CASES["PSNR"].rows(n, tag)
+    return value_cases()["PSNR"].rows(n, tag)
 
 
 # ---------------------------------------------------------------------------------------------------- adapting
@@ -168,7 +168,7 @@ def test_state_dict_round_trip() -> None:
 
 
 def test_pickle_deepcopy_and_clone_keep_the_states() -> None:
-    preds, target = VALUE_CASES["MutualInfo"].rows(4, "copies")
+    preds, target = value_cases()["MutualInfo"].rows(4, "copies")
     metric = Synced(tm.clustering.MutualInfoScore())
     metric.update(preds, target)
     expected = metric.compute()
@@ -198,7 +198,7 @@ def test_a_collection_of_adapted_metrics_equals_torchmetrics_collection() -> Non
 def test_compute_groups_of_adapted_metrics() -> None:
     """Mutual information and its normalized form share torchmetrics' update (and states): one compute group,
     values equal torchmetrics'; a group of metrics with different updates is refused."""
-    preds, target = VALUE_CASES["MutualInfo"].rows(6, "groups")
+    preds, target = value_cases()["MutualInfo"].rows(6, "groups")
     clustering = tm.clustering
     coll = MetricCollection(
         {"mi": Synced(clustering.MutualInfoScore()), "nmi": Synced(clustering.NormalizedMutualInfoScore())},
@@ -221,7 +221,7 @@ def test_metric_tracker_around_an_adapted_metric() -> None:
     values = []
     for epoch, noise in enumerate((0.2, 0.05, 0.1)):
         tracker.increment()
-        preds, target = VALUE_CASES["PSNR"].rows(3, f"tracker {epoch}")
+        preds, target = value_cases()["PSNR"].rows(3, f"tracker {epoch}")
         preds = (target + noise * rand(target.shape, "tracker noise", epoch)).clamp(0, 1)
         tracker.update(preds, target)
         reference = PeakSignalNoiseRatio(data_range=1.0)

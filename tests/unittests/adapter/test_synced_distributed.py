@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tests._helpers.adapter_cases import VALUE_CASES, color_images, image_collection_members, stacked_reductions_metric
+from tests._helpers.adapter_cases import value_cases, color_images, image_collection_members, stacked_reductions_metric
 from tests._helpers.checks import Checks, assert_no_failures
 from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
@@ -55,7 +55,7 @@ def _values_body(rank: int, world: int) -> dict:
     for layout, all_sizes in LAYOUTS.items():
         sizes = all_sizes[:world]
         lo, hi = bounds(sizes, rank)
-        for name, case in VALUE_CASES.items():
+        for name, case in value_cases().items():
             data = case.rows(sum(sizes), f"{layout}/{name}")
             metric = Synced(case.build()).set_dtype(F64)
             mid = (lo + hi) // 2
@@ -91,7 +91,7 @@ def test_values_equal_torchmetrics_on_the_global_batch(world_size: int) -> None:
     checks = Checks(f"W={world_size} ")
     for layout, all_sizes in LAYOUTS.items():
         n = sum(all_sizes[:world_size])
-        for name, case in VALUE_CASES.items():
+        for name, case in value_cases().items():
             reference = case.build().set_dtype(F64)
             reference.update(*case.rows(n, f"{layout}/{name}"))
             expected = reference.compute()
@@ -266,9 +266,9 @@ def _error_body(rank: int, world: int) -> str:
     from torchmetrics_diff.wrappers import Synced
 
     _quiet()
-    metric = Synced(VALUE_CASES["SSIM"].build(), dist_sync_on_step=True)
+    metric = Synced(value_cases()["SSIM"].build(), dist_sync_on_step=True)
     rows = 0 if rank == 1 else 2
-    preds, target = VALUE_CASES["SSIM"].rows(rows, f"error {rank}")
+    preds, target = value_cases()["SSIM"].rows(rows, f"error {rank}")
     try:
         metric(preds.float(), target.float())
     except Exception as err:  # the failing rank's own error, or the peers' RuntimeError naming it
