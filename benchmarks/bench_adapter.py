@@ -34,9 +34,7 @@ def _worker(rank: int, world: int, budget: Budget) -> dict:
 
     warnings.filterwarnings("ignore", category=UserWarning)
     tm = torchmetrics_or_none()
-    ours = tmd.MetricCollection(
-        {k: Synced(m, compute_with_cache=False) for k, m in image_collection_members().items()}
-    )
+    ours = tmd.MetricCollection({k: Synced(m, compute_with_cache=False) for k, m in image_collection_members().items()})
     preds, target = color_images(2 + rank, f"bench rank {rank}")
     ours.update(preds, target)
     computes: dict[str, Any] = {"ours": ours.compute}
@@ -90,5 +88,7 @@ def main(args: Any) -> list[Check]:
                 ],
             )
         )
-        checks.append(Check(f"W={world}, collection of 10 adapted metrics: compute() torchmetrics/ours", speedup, ">=", 10))
+        checks.append(
+            Check(f"W={world}, collection of 10 adapted metrics: compute() torchmetrics/ours", speedup, ">=", 10)
+        )
     return checks

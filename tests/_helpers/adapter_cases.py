@@ -135,6 +135,7 @@ _ALL: dict[str, AdapterCase] = {
     "Procrustes": AdapterCase("shape", "shape.ProcrustesDisparity", {}, _points),
 }
 
+
 @functools.cache
 def value_cases() -> dict[str, AdapterCase]:
     """The cases the installed torchmetrics has (1.9 has them all; 1.3 lacks segmentation and shape)."""

@@ -163,7 +163,7 @@ def _adapted_class(inner_cls: type) -> type[Synced]:
 
 def _revive(inner_cls: type) -> Synced:
     """Unpickling: an empty instance of the adapted class of ``inner_cls`` (its state follows)."""
-    return cast("Synced", object.__new__(_adapted_class(inner_cls)))
+    return object.__new__(_adapted_class(inner_cls))
 
 
 class Synced(Metric):
@@ -223,7 +223,7 @@ class Synced(Metric):
             if why is not None:
                 raise TypeError(f"Synced cannot adapt {inner_cls.__qualname__}: {why}")
             cls = _adapted_class(inner_cls)
-        return cast("Synced", super().__new__(cls))
+        return super().__new__(cls)
 
     def __init__(self, metric: Any, *args: Any, **kwargs: Any) -> None:
         tm = torchmetrics_module()
@@ -254,7 +254,7 @@ class Synced(Metric):
                 f"`_persistent`); torchmetrics {tm.__version__} is not laid out as torchmetrics"
                 f"{SUPPORTED_TORCHMETRICS}"
             )
-        defaults, reductions, persistent = registry
+        defaults, reductions, persistent = cast("list[dict[str, Any]]", registry)
         children = [n for n, m in inner.named_modules() if m is not inner and isinstance(m, tm.Metric)]
         if children:
             raise TypeError(
@@ -279,9 +279,14 @@ class Synced(Metric):
         self._release()
 
     # ------------------------------------------------------------------ lending our states to torchmetrics' maths
+    @property
+    def _inner(self) -> Any:
+        """The torchmetrics metric (the child module ``metric``)."""
+        return self._modules["metric"]
+
     def _release(self) -> None:
         """Point the torchmetrics metric's states at its defaults again: it never keeps ours (nor their graph)."""
-        inner = self._modules["metric"]
+        inner = self._inner
         inner.__dict__.update({n: inner._defaults[n] for n in self._defaults})
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -291,7 +296,7 @@ class Synced(Metric):
             args: the batch, as the torchmetrics metric's ``update`` takes it.
             kwargs: the batch's keyword arguments, as the torchmetrics metric's ``update`` takes them.
         """
-        inner = self._modules["metric"]
+        inner = self._inner
         lent = inner.__dict__
         lent.update(self.metric_state)
         try:
@@ -302,7 +307,7 @@ class Synced(Metric):
 
     def compute(self) -> Any:
         """The torchmetrics metric's ``compute`` on the (synced) states; one-element tensors as 0-d tensors."""
-        inner = self._modules["metric"]
+        inner = self._inner
         inner.__dict__.update(self.metric_state)
         try:
             return _squeezed(type(inner).compute(inner))
@@ -314,13 +319,13 @@ class Synced(Metric):
         """Compute groups: the same torchmetrics ``update`` and the same states."""
         return (
             isinstance(other, Synced)
-            and type(other._modules["metric"]).update is type(self._modules["metric"]).update
+            and type(other._inner).update is type(self._inner).update
             and super()._same_update(other)
         )
 
     def _filter_kwargs(self, **kwargs: Any) -> dict[str, Any]:
         """The keyword arguments the torchmetrics metric's ``update`` accepts."""
-        return cast("dict[str, Any]", self._modules["metric"]._filter_kwargs(**kwargs))
+        return cast("dict[str, Any]", self._inner._filter_kwargs(**kwargs))
 
     def set_dtype(self, dst_type: str | torch.dtype) -> Synced:
         """Cast the floating-point states (and the torchmetrics metric's) to ``dst_type`` (float32 or float64).
@@ -329,7 +334,7 @@ class Synced(Metric):
             dst_type: ``torch.float32`` or ``torch.float64`` (or their names).
         """
         super().set_dtype(dst_type)
-        self._modules["metric"].set_dtype(self.dtype)
+        self._inner.set_dtype(self.dtype)
         self._release()
         return self
 
@@ -345,15 +350,14 @@ class Synced(Metric):
             ``(figure, axes)``.
         """
         val = val if val is not None else self.compute()
-        inner = self._modules["metric"]
+        inner = self._inner
         if not _overrides(torchmetrics_module().Metric, type(inner), "plot"):
             return super().plot(val, ax)
         return cast("tuple[Any, Any]", type(inner).plot(inner, val, ax))
 
     def __repr__(self) -> str:
-        return f"Synced({self._modules['metric']!r})"
+        return f"Synced({self._inner!r})"
 
     def __reduce_ex__(self, protocol: Any) -> tuple:
         # the adapted class is made at run time: unpickling makes it again from the torchmetrics class
-        return (_revive, (type(self._modules["metric"]),), self.__getstate__())
-
+        return (_revive, (type(self._inner),), self.__getstate__())

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests._helpers.adapter_cases import value_cases, color_images, image_collection_members
+from tests._helpers.adapter_cases import color_images, image_collection_members, value_cases
 from tests._helpers.seeds import F64, rand
 from torchmetrics_diff import MetricCollection, SumMetric
 from torchmetrics_diff.wrappers import MetricTracker, Synced

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tests._helpers.adapter_cases import value_cases, color_images, image_collection_members, stacked_reductions_metric
+from tests._helpers.adapter_cases import color_images, image_collection_members, stacked_reductions_metric, value_cases
 from tests._helpers.checks import Checks, assert_no_failures
 from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
