@@ -59,7 +59,8 @@ def torchmetrics_module() -> Any:
 
     Raises:
         ModuleNotFoundError: torchmetrics is not installed.
-        ImportError: the installed torchmetrics is outside :data:`SUPPORTED_TORCHMETRICS`.
+        ImportError: the installed torchmetrics is outside
+            :data:`~torchmetrics_diff.wrappers.synced.SUPPORTED_TORCHMETRICS`.
     """
     try:
         import torchmetrics
@@ -197,7 +198,8 @@ class Synced(Metric):
             a torchmetrics collection, wrapper or composition, a class that overrides torchmetrics' sync, reset
             or step machinery, a state that is neither a tensor nor a list, or constructor arguments given
             with an instance.
-        ImportError: the installed torchmetrics is outside :data:`SUPPORTED_TORCHMETRICS`.
+        ImportError: the installed torchmetrics is outside
+            :data:`~torchmetrics_diff.wrappers.synced.SUPPORTED_TORCHMETRICS`.
 
     Example:
         >>> import torch
