@@ -292,3 +292,44 @@ def test_torch_compile_of_a_step_with_an_adapted_metric() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert torch.isfinite(metric.compute())
+
+
+def test_lightning_logs_an_adapted_metric_as_torchmetrics_metric() -> None:
+    """``self.log(name, synced_metric)`` in a LightningModule (one CPU process): the step value is the batch's and
+    the epoch value torchmetrics' PSNR over the epoch's batches."""
+    pl = pytest.importorskip("lightning.pytorch")
+    batches = [_psnr_data(3, f"lightning {i}") for i in range(3)]
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+            self.psnr = Synced(PeakSignalNoiseRatio(data_range=1.0))
+
+        def training_step(self, batch: Any, index: int) -> torch.Tensor:
+            preds, target = batch
+            self.psnr(preds[0], target[0])
+            self.log("psnr", self.psnr, on_step=True, on_epoch=True)
+            return self.layer(torch.ones(1, 1)).sum()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    loader = torch.utils.data.DataLoader([(p[None], t[None]) for p, t in batches], batch_size=None)
+    trainer.fit(Module(), train_dataloaders=loader)
+    reference = PeakSignalNoiseRatio(data_range=1.0)
+    for preds, target in batches:
+        reference.update(preds, target)
+    torch.testing.assert_close(trainer.logged_metrics["psnr_epoch"], reference.compute())
+    last = PeakSignalNoiseRatio(data_range=1.0)
+    last.update(*batches[-1])
+    torch.testing.assert_close(trainer.logged_metrics["psnr_step"], last.compute())
