@@ -136,6 +136,12 @@ def _squeezed(value: Any) -> Any:
     return value
 
 
+def _copied(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    return [v.detach().clone() for v in value]
+
+
 _CLASSES: dict[type, type] = {}
 
 
@@ -260,8 +266,8 @@ class Synced(Metric):
         children = [n for n, m in inner.named_modules() if m is not inner and isinstance(m, tm.Metric)]
         if children:
             raise TypeError(
-                f"Synced cannot adapt {owner}: it holds torchmetrics metrics ({children}) whose states it syncs "
-                "through them; adapt those metrics instead"
+                f"Synced cannot adapt {owner}: it holds torchmetrics metrics ({children}) whose states are not in "
+                "its own registry; adapt those metrics instead"
             )
         for name, default in defaults.items():
             if not (isinstance(default, torch.Tensor) or (isinstance(default, list) and not default)):
@@ -277,6 +283,9 @@ class Synced(Metric):
                 )
             except ValueError as err:
                 raise TypeError(f"Synced cannot adapt {owner}: its state {name!r}: {err}") from err
+        # an instance that was already updated keeps what it accumulated (copies: the inner metric keeps none)
+        self._set_states({n: _copied(getattr(inner, n)) for n in defaults})
+        self._update_count = int(getattr(inner, "_update_count", 0))
         inner.persistent(False)  # the adapter saves the states (under their own names) in state_dict
         self._release()
 

@@ -45,6 +45,18 @@ def test_an_instance_and_a_class_with_arguments_give_the_same_metric() -> None:
         torch.testing.assert_close(metric.compute(), reference.compute())
 
 
+def test_an_updated_instance_keeps_what_it_accumulated() -> None:
+    preds, target = _psnr_data()
+    inner = PeakSignalNoiseRatio(data_range=1.0)
+    inner.update(preds[:2], target[:2])
+    metric = Synced(inner)
+    assert metric.update_count == 1
+    metric.update(preds[2:], target[2:])
+    reference = PeakSignalNoiseRatio(data_range=1.0)
+    reference.update(preds, target)
+    torch.testing.assert_close(metric.compute(), reference.compute())
+
+
 def test_class_attributes_and_sync_settings_come_from_the_torchmetrics_metric() -> None:
     ssim = Synced(StructuralSimilarityIndexMeasure(data_range=1.0, dist_sync_on_step=True, compute_on_cpu=True))
     assert (ssim.higher_is_better, ssim.is_differentiable, ssim.full_state_update) == (True, True, False)
