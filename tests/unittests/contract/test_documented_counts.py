@@ -39,6 +39,7 @@ from typing import Any, Callable
 import pytest
 import torch
 
+from tests._helpers.adapter_cases import ADAPTER_STEADY, adapter_situations
 from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
 
@@ -344,6 +345,7 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
     contrastive("RouterZLoss", RouterZLoss(), lambda: (grad(torch.randn(3, 5, 4, generator=g)),))
     if world == 2:
         _wrapper_situations(rank, g, count)
+        adapter_situations(rank, count)
 
     # --- torchmetrics, for the pages' comparison
     import torchmetrics
@@ -637,6 +639,7 @@ GROUPS: dict[str, dict[str, Any]] = {
     "forward dist_sync_on_step": _DSOS,
     "normalized losses": _NORMALIZED,
     "wrappers steady": _WRAPPERS,
+    "adapter steady": ADAPTER_STEADY,
 }
 
 #: Passages of the package's sources (docstrings, comments), quoted, with the keys they state.
