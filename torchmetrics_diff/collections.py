@@ -14,6 +14,13 @@ from typing import Any, Callable, ClassVar, cast
 from torch import nn
 
 from torchmetrics_diff._batch_step import BatchStep, run_batch_step
+from torchmetrics_diff._collection_views import (
+    ValueView,
+    build_views,
+    clear_views,
+    declared_keys,
+    register_views_with_torchmetrics,
+)
 from torchmetrics_diff._dynamo import run_outside_graph, steps_outside_graph
 from torchmetrics_diff._metric_sync import sync_metric_states
 from torchmetrics_diff._tensors import detach
@@ -90,6 +97,9 @@ class MetricCollection(nn.ModuleDict):
         self._affixes: dict[str, tuple[str, str]] = {}  # member -> prefix/postfix of the collection it came from
         self._sync_plans: dict[tuple[str, Any], SyncPlan] = {}
         self._group_spec = [] if isinstance(compute_groups, bool) or compute_groups is None else compute_groups
+        # the views of the dict-valued members' entries (see items()), rebuilt when the layout they follow changes
+        self._views: tuple[Any, dict[str, dict[str, ValueView]]] | None = None
+        register_views_with_torchmetrics()
         self._groups: list[list[str]] = []
         self.add_metrics(metrics, *additional_metrics)
 
@@ -120,6 +130,7 @@ class MetricCollection(nn.ModuleDict):
             if affixes != ("", ""):
                 self._affixes[name] = affixes
         self._sync_plans = {}
+        self._views = None
         self._groups = self._check_groups(self._group_spec)
 
     @staticmethod
@@ -149,7 +160,7 @@ class MetricCollection(nn.ModuleDict):
         for name, m in items:
             if isinstance(m, MetricCollection):
                 affixes = (m.prefix, m.postfix)
-                for key, member in m.items():
+                for key, member in zip(m.keys(), m.values()):
                     out.append((key if name is None else f"{name}_{key}", member, affixes))
             elif isinstance(m, Metric):
                 out.append((name if name is not None else type(m).__name__, m, ("", "")))
@@ -223,16 +234,68 @@ class MetricCollection(nn.ModuleDict):
         """
         return self._modules.keys() if keep_base else {self._key(n): m for n, m in self._modules.items()}.keys()
 
-    def items(self, keep_base: bool = False, copy_state: bool = True) -> Iterable[tuple[str, Metric]]:  # type: ignore[override]
-        """``(key, member)`` pairs; keys as in :meth:`keys`. ``copy_state`` is accepted for torchmetrics' sake.
+    def items(self, keep_base: bool = False, copy_state: bool = True) -> Iterable[tuple[str, Any]]:  # type: ignore[override]
+        """``(key, metric)`` pairs, one per value that :meth:`compute` returns: what Lightning's
+        ``self.log_dict(collection)`` logs.
+
+        A member with a tensor value is itself, under its key (as in :meth:`keys`). A member whose value is a dict
+        and which declares that dict's keys (``result_keys()``: the cross-modal retrieval metrics, a
+        :class:`~torchmetrics_diff.wrappers.ClasswiseWrapper` with ``labels`` or a metric that has
+        ``num_classes``/``num_labels``) gives one tensor-valued view per entry, under the entry's key in
+        :meth:`compute`'s flattened results; the views share the member's states and compute it once for all of
+        them. ``keep_base=True`` gives the members under their bare names, views never.
 
         Args:
-            keep_base: ``True`` gives the names without prefix and postfix. Default ``False``.
+            keep_base: ``True`` gives the members under the names without prefix and postfix. Default ``False``.
             copy_state: ignored (torchmetrics' argument). Default ``True``.
         """
         if keep_base:
             return self._modules.items()
-        return {self._key(n): m for n, m in self._modules.items()}.items()
+        views = self._entry_views()
+        out: dict[str, Any] = {}
+        for name, m in self._modules.items():
+            if name in views:
+                out.update(views[name])
+            else:
+                out[self._key(name)] = m
+        return out.items()
+
+    def _entry_views(self) -> dict[str, dict[str, ValueView]]:
+        """The views of the members that declare dict keys: ``{member: {flattened key: view}}``, the same objects
+        as long as the members, their keys and the prefix/postfix stay (Lightning finds them by identity)."""
+        register_views_with_torchmetrics()
+        declared = {n: k for n, k in ((n, declared_keys(m)) for n, m in self._modules.items()) if k is not None}
+        layout = (
+            self.prefix,
+            self.postfix,
+            tuple((n, id(m), tuple(declared.get(n, ()))) for n, m in self._modules.items()),
+        )
+        if self._views is None or self._views[0] != layout:
+            names = self._flat_names({n: declared.get(n) for n in self._modules})
+            built = build_views(self._modules, declared)
+            views = {n: {names[n][k]: view for k, view in built[n].items()} for n in declared}
+            self._views = (layout, views)
+        return self._views[1]
+
+    def named_modules(
+        self, memo: set[Any] | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Any]]:
+        """``nn.Module``'s, then the views of the dict-valued members' entries (see :meth:`items`), named
+        ``"<member>[<entry>]"``: Lightning finds a metric passed to ``self.log`` among the module's
+        ``named_modules()``. The views hold no parameter, buffer or state, and are not children (``state_dict``,
+        ``.to()`` and ``children()`` do not see them)."""
+        memo = set() if memo is None else memo
+        visited = self in memo
+        yield from super().named_modules(memo, prefix, remove_duplicate)
+        if visited:
+            return
+        for name, by_key in self._entry_views().items():
+            for view in by_key.values():
+                if view in memo:
+                    continue
+                if remove_duplicate:
+                    memo.add(view)
+                yield f"{prefix}{'.' if prefix else ''}{name}[{view.key}]", view
 
     def values(self, copy_state: bool = True) -> Iterable[Metric]:  # type: ignore[override]
         """The members. ``copy_state`` is accepted for torchmetrics' sake.
@@ -270,26 +333,39 @@ class MetricCollection(nn.ModuleDict):
             for name in group[1:]:
                 self._modules[name]._share_states(leader)
 
-    def _results(self, values: dict[str, Any]) -> dict[str, Any]:
-        """One flat dict: a member's dict value is spread by its own keys (``{member}_{key}`` only on clashes)."""
+    def _flat_names(self, keys: dict[str, list[str] | None]) -> dict[str, dict[str, str]]:
+        """Where each entry of a dict value goes in the flat results, from the members' keys (``None``: a tensor
+        value): ``{member: {entry: flattened key}}``; ``{member}_{entry}`` only on clashes, as torchmetrics."""
         seen: set[str] = set()
         clash = False
-        for name, value in values.items():
-            for key in value if isinstance(value, dict) else (name,):
+        for name, entries in keys.items():
+            for key in entries if entries is not None else (name,):
                 clash = clash or key in seen
                 seen.add(key)
-        out = {}
-        for name, value in values.items():
-            if not isinstance(value, dict):
-                out[self._key(name)] = value
+        out: dict[str, dict[str, str]] = {}
+        for name, entries in keys.items():
+            if entries is None:
                 continue
             prefix, postfix = self._affixes.get(name, ("", ""))
-            for key, v in value.items():
+            out[name] = {}
+            for entry in entries:
+                key = entry
                 if clash:  # as torchmetrics: the member's name without its nested affixes, then the key
                     stripped = name.replace(prefix, "") if prefix else name
                     stripped = stripped.replace(postfix, "") if postfix else stripped
                     key = f"{stripped}_{key}"
-                out[self._key(f"{prefix}{key}{postfix}")] = v
+                out[name][entry] = self._key(f"{prefix}{key}{postfix}")
+        return out
+
+    def _results(self, values: dict[str, Any]) -> dict[str, Any]:
+        """One flat dict: a member's dict value is spread by its own keys (``{member}_{key}`` only on clashes)."""
+        names = self._flat_names({n: list(v) if isinstance(v, dict) else None for n, v in values.items()})
+        out = {}
+        for name, value in values.items():
+            if isinstance(value, dict):
+                out.update({names[name][key]: v for key, v in value.items()})
+            else:
+                out[self._key(name)] = value
         return out
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -422,6 +498,8 @@ class MetricCollection(nn.ModuleDict):
         """Reset every member."""
         for m in self._modules.values():
             m.reset()
+        if self._views is not None:
+            clear_views(self._views[1])
 
     def clone(self, prefix: str | None = None, postfix: str | None = None) -> MetricCollection:
         """A deep copy, optionally with a new prefix/postfix.
@@ -444,7 +522,12 @@ class MetricCollection(nn.ModuleDict):
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
         state = dict(state)
         state["_sync_plans"] = {}
+        state["_views"] = None  # rebuilt on first use, around the copy's own members
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        register_views_with_torchmetrics()
 
     def persistent(self, mode: bool = True) -> None:
         """Set persistence of every member's states.

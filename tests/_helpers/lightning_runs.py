@@ -130,3 +130,62 @@ def reference_val() -> dict[str, float]:
         "val/mse": (err**2).mean().item(),
         "val/mae": err.abs().mean().item(),
     }
+
+
+# the log_dict run: dict-valued members (cross-modal MRR, a ClasswiseWrapper) logged with self.log_dict(collection)
+LOG_STEPS, LABELS = 2, ("cat", "dog", "owl")
+#: every step's global labels: each class in every step's batch, so no per-class accuracy is 0 / 0
+STEP_LABELS = (0, 1, 2, 1, 0)
+
+
+def log_dict_batch(stage: str, epoch: int, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step's global batch (ROWS rows, the same on every process): image and text embeddings (ROWS, DIM)
+    float32, class logits (ROWS, CLASSES) float32 and labels (ROWS,)."""
+    g = torch.Generator().manual_seed(5000 + 100 * epoch + 10 * step + (stage == "train"))
+    image = torch.randn(ROWS, DIM, generator=g)
+    text = image + 0.8 * torch.randn(ROWS, DIM, generator=g)
+    logits = torch.randn(ROWS, CLASSES, generator=g)
+    return image, text, logits, torch.tensor(STEP_LABELS)
+
+
+def _mrr(queries: torch.Tensor, gallery: torch.Tensor) -> float:
+    """Mean over queries of 1 / rank of the query's own pair among all gallery rows by cosine similarity, ties
+    counted against the query, by a loop over the queries."""
+    q, g = F.normalize(queries.double(), dim=1), F.normalize(gallery.double(), dim=1)
+    total = 0.0
+    for i in range(len(q)):
+        scores = g @ q[i]
+        rank = 1 + sum(1 for j in range(len(g)) if j != i and scores[j] >= scores[i])
+        total += 1.0 / rank
+    return total / len(q)
+
+
+def _classwise(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """Per-class accuracy: the share of each class's rows predicted as that class."""
+    pred = logits.argmax(1)
+    return {f"accuracy_{name}": (pred[labels == c] == c).double().mean().item() for c, name in enumerate(LABELS)}
+
+
+def reference_log_dict() -> dict[str, list[float]]:
+    """What the log_dict run must log, per key: the validation values of each epoch's whole validation set,
+    and the training per-class accuracy of each step's global batch and of each epoch."""
+    out: dict[str, list[float]] = {}
+    for epoch in range(EPOCHS):
+        train = [log_dict_batch("train", epoch, step) for step in range(LOG_STEPS)]
+        for _, _, logits, labels in train:
+            for key, value in _classwise(logits, labels).items():
+                out.setdefault(f"train/{key}_step", []).append(value)
+        logits, labels = torch.cat([b[2] for b in train]), torch.cat([b[3] for b in train])
+        for key, value in _classwise(logits, labels).items():
+            out.setdefault(f"train/{key}_epoch", []).append(value)
+        val = [log_dict_batch("val", epoch, step) for step in range(LOG_STEPS)]
+        image, text, logits, labels = (torch.cat([b[i] for b in val]) for i in range(4))
+        epoch_values = {
+            "val/i2t_MRR": _mrr(image, text),
+            "val/t2i_MRR": _mrr(text, image),
+            "val/acc": (logits.argmax(1) == labels).double().mean().item(),
+            **{f"val/{key}": value for key, value in _classwise(logits, labels).items()},
+        }
+        for key, value in epoch_values.items():
+            out.setdefault(key, []).append(value)
+    return out

@@ -4,11 +4,14 @@
 ``examples/moe_demo.py`` under ``torchrun`` with two CPU processes, as its docstring's command does, and checks the
 effect it and docs/losses/moe.rst describe: per-rank balancing keeps each rank's expert load near uniform, global
 balancing lets each rank's load move away from uniform while the load of all tokens together stays balanced, and
-the regression error is lower.
+the regression error is lower. ``examples/flat_accumulation.py`` runs with three processes, as its docstring says:
+it checks its own gradients against one process, and here its steps must have had different numbers of
+micro-batches on the ranks.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -21,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120
 
 
-def _torchrun(script: Path, *args: str) -> str:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), *args]
+def _torchrun(script: Path, *args: str, nproc: int = 2) -> str:
+    run = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    cmd = [*run, str(script), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -50,3 +54,11 @@ def test_moe_demo_global_balancing_balances_the_global_load_not_each_ranks() -> 
     for line in loads:  # both ways balance the load of every token together
         values = [float(v) for v in line.split()]
         assert len(values) == 4 and abs(sum(values) - 1) < 0.02 and max(abs(v - 0.25) for v in values) < 0.1, line
+
+
+def test_flat_accumulation_example_matches_one_process_with_uneven_micro_batch_counts() -> None:
+    out = _torchrun(ROOT / "examples" / "flat_accumulation.py", nproc=3)
+    counts = [json.loads(c) for c in re.findall(r"micro-batches per rank (\[[\d, ]+\]): gradients match", out)]
+    assert len(counts) == 3 and all(len(c) == 3 for c in counts), out
+    assert any(len(set(c)) > 1 for c in counts), f"every step had as many micro-batches on every rank: {counts}"
+    assert out.count("up front step") == 3 and "trained the same weights" in out, out

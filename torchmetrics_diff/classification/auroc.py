@@ -1,6 +1,7 @@
 """Exact AUROC and average precision from ``cat`` states: every rank's scores and targets, gathered in one
 collective, ranked once in ``compute`` (binary, multiclass one class against the rest, multilabel one label at a
-time)."""
+time). NaN scores follow ``nan_strategy``, applied in ``compute`` to every rank's rows (the same outcome on every
+rank)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 import torch
 
+from torchmetrics_diff.functional._checks import compiling
 from torchmetrics_diff.functional._curves import check_curve_args, curve_inputs, curve_score
+from torchmetrics_diff.functional._nan_scores import check_nan_strategy
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 
@@ -34,11 +37,13 @@ class _CurveMetric(Metric):
         ignore_index: int | None,
         validate_args: bool,
         max_fpr: Any = None,
+        nan_strategy: str = "error",
     ) -> None:
         self._size = check_curve_args(task, num_classes, num_labels, average, thresholds, ignore_index, max_fpr)
         self.task, self.num_classes, self.num_labels, self.average = task, num_classes, num_labels, average
         self.thresholds, self.max_fpr = thresholds, max_fpr
         self.ignore_index, self.validate_args = ignore_index, validate_args
+        self.nan_strategy = check_nan_strategy(nan_strategy)
         self.add_state("preds", [], dist_reduce_fx="cat")
         self.add_state("target", [], dist_reduce_fx="cat")
 
@@ -62,10 +67,13 @@ class _CurveMetric(Metric):
         self.target.append(t)
 
     def compute(self) -> torch.Tensor:
-        """The value over every row seen.
+        """The value over every row seen (every rank's, once synced).
 
         Returns:
             A tensor in the default dtype: 0-d, or one value per class or label with ``average="none"``.
+
+        Raises:
+            ValueError: ``nan_strategy="error"`` and a NaN score among the rows.
         """
         if not self.preds:
             columns = () if self.task == "binary" else (self._size,)
@@ -74,7 +82,23 @@ class _CurveMetric(Metric):
             labels = torch.zeros(target_shape, dtype=torch.int64, device=self.device)
         else:
             scores, labels = dim_zero_cat(self.preds), dim_zero_cat(self.target)
-        return curve_score(scores, labels, self.task, self._size, self.average, self._curve)
+        strategy = self.nan_strategy
+        if strategy == "warn" and self.__dict__.get("_in_batch_value"):
+            strategy = "ignore"  # forward's value of one batch: compute() reports the NaNs of every batch
+        args = (self.task, self._size, self.average, self._curve, strategy, type(self).__name__)
+        return curve_score(scores, labels, *args)
+
+    def _batch_value(self) -> Any:
+        """``forward``'s value: the compute of the batch states, which drops NaN scores without warning under
+        ``nan_strategy="warn"`` (``compute`` warns, with the count of every batch)."""
+        if compiling():  # traced code never warns
+            return super()._batch_value()
+        state = self.__dict__
+        state["_in_batch_value"] = True
+        try:
+            return super()._batch_value()
+        finally:
+            state["_in_batch_value"] = False
 
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
         """:meth:`Metric.plot <torchmetrics_diff.Metric.plot>`, named as torchmetrics' class of the task.
@@ -119,11 +143,17 @@ class AUROC(_CurveMetric):
             multilabel ``"micro"`` (every entry one binary task). Ignored for binary.
         thresholds: only ``None`` (exact). Default ``None``.
         max_fpr: only ``None`` (no partial AUROC). Default ``None``.
+        nan_strategy: what a NaN score in ``preds`` does, checked in ``compute`` on every rank's rows: ``"error"``
+            (default) raises a ``ValueError`` with the count; ``"warn"`` drops what holds it (a sample; for
+            multiclass a sample with any NaN class score; for multilabel the one ``(sample, label)`` entry) with
+            a warning from ``compute`` giving the count; ``"ignore"`` drops it silently; ``"disable"`` skips the
+            check (torchmetrics' behaviour: the value then depends on where the sort puts the NaN). Infinite
+            scores are ranked, never dropped. Keyword only.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Raises:
         ValueError: a bad argument (named); in ``update``, inputs of the wrong shape, integer scores or bad
-            targets.
+            targets; in ``compute``, a NaN score with ``nan_strategy="error"``.
 
     Example:
         >>> import torch
@@ -138,6 +168,14 @@ class AUROC(_CurveMetric):
         >>> metric.update(torch.tensor([[0.1, 0.3, 0.6], [0.3, 0.3, 0.4]]), torch.tensor([2, 1]))
         >>> metric.compute()
         tensor(0.9583)
+
+        A NaN score raises by default; ``nan_strategy="ignore"`` drops its sample:
+
+        >>> metric = AUROC(task="binary", nan_strategy="ignore")
+        >>> metric.update(torch.tensor([0.1, 0.4, float("nan")]), torch.tensor([0, 0, 1]))
+        >>> metric.update(torch.tensor([0.35, 0.8]), torch.tensor([1, 1]))
+        >>> metric.compute()
+        tensor(0.7500)
     """
 
     _curve = "auroc"
@@ -152,10 +190,13 @@ class AUROC(_CurveMetric):
         average: str | None = "macro",
         thresholds: Any = None,
         max_fpr: Any = None,
+        *,
+        nan_strategy: str = "error",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._setup(task, num_classes, num_labels, average, thresholds, ignore_index, validate_args, max_fpr)
+        args = (thresholds, ignore_index, validate_args, max_fpr, nan_strategy)
+        self._setup(task, num_classes, num_labels, average, *args)
 
 
 class AveragePrecision(_CurveMetric):
@@ -176,11 +217,17 @@ class AveragePrecision(_CurveMetric):
             multilabel ``"micro"``. Ignored for binary.
         ignore_index: target value whose entries are left out. Default ``None``.
         validate_args: check that targets lie in their range. Default ``True``.
+        nan_strategy: what a NaN score in ``preds`` does, checked in ``compute`` on every rank's rows: ``"error"``
+            (default) raises a ``ValueError`` with the count; ``"warn"`` drops what holds it (a sample; for
+            multiclass a sample with any NaN class score; for multilabel the one ``(sample, label)`` entry) with
+            a warning from ``compute`` giving the count; ``"ignore"`` drops it silently; ``"disable"`` skips the
+            check (torchmetrics' behaviour: the value then depends on where the sort puts the NaN). Infinite
+            scores are ranked, never dropped. Keyword only.
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 
     Raises:
         ValueError: a bad argument (named); in ``update``, inputs of the wrong shape, integer scores or bad
-            targets.
+            targets; in ``compute``, a NaN score with ``nan_strategy="error"``.
 
     Example:
         >>> import torch
@@ -203,7 +250,10 @@ class AveragePrecision(_CurveMetric):
         average: str | None = "macro",
         ignore_index: int | None = None,
         validate_args: bool = True,
+        *,
+        nan_strategy: str = "error",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._setup(task, num_classes, num_labels, average, thresholds, ignore_index, validate_args)
+        args = (thresholds, ignore_index, validate_args, None, nan_strategy)
+        self._setup(task, num_classes, num_labels, average, *args)

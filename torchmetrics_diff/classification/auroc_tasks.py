@@ -30,6 +30,8 @@ class _MulticlassCurve(_CurveMetric):
         thresholds: Any = None,
         ignore_index: int | None = None,
         validate_args: bool = True,
+        *,
+        nan_strategy: str = "error",
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -39,6 +41,7 @@ class _MulticlassCurve(_CurveMetric):
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
+            nan_strategy=nan_strategy,
             **kwargs,
         )
 
@@ -53,6 +56,8 @@ class _MultilabelCurve(_CurveMetric):
         thresholds: Any = None,
         ignore_index: int | None = None,
         validate_args: bool = True,
+        *,
+        nan_strategy: str = "error",
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -62,6 +67,7 @@ class _MultilabelCurve(_CurveMetric):
             thresholds=thresholds,
             ignore_index=ignore_index,
             validate_args=validate_args,
+            nan_strategy=nan_strategy,
             **kwargs,
         )
 
@@ -85,9 +91,19 @@ class BinaryAUROC(AUROC):
         thresholds: Any = None,
         ignore_index: int | None = None,
         validate_args: bool = True,
+        *,
+        nan_strategy: str = "error",
         **kwargs: Any,
     ) -> None:
-        super().__init__("binary", ignore_index, validate_args, thresholds=thresholds, max_fpr=max_fpr, **kwargs)
+        super().__init__(
+            "binary",
+            ignore_index,
+            validate_args,
+            thresholds=thresholds,
+            max_fpr=max_fpr,
+            nan_strategy=nan_strategy,
+            **kwargs,
+        )
 
 
 @_task_doc
@@ -140,10 +156,19 @@ class BinaryAveragePrecision(AveragePrecision):
         ignore_index: int | None = None,
         validate_args: bool = True,
         normalization: str | None = "sigmoid",
+        *,
+        nan_strategy: str = "error",
         **kwargs: Any,
     ) -> None:
         _check_normalization(normalization)
-        super().__init__("binary", thresholds, ignore_index=ignore_index, validate_args=validate_args, **kwargs)
+        super().__init__(
+            "binary",
+            thresholds,
+            ignore_index=ignore_index,
+            validate_args=validate_args,
+            nan_strategy=nan_strategy,
+            **kwargs,
+        )
 
 
 @_task_doc

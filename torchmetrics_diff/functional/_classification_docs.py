@@ -27,6 +27,11 @@ ARGS = {
     "max_fpr": "only ``None`` (no partial AUROC). Default ``None``.",
     "thresholds": "only ``None`` (exact values; binning is not implemented). Default ``None``.",
     "normalization": 'only ``"sigmoid"`` (the default: logits go through a sigmoid).',
+    "nan_strategy": (
+        '``"error"`` (default: a NaN score in ``preds`` raises at ``compute``), ``"warn"`` (its sample, or '
+        'multilabel entry, dropped with a warning giving the count), ``"ignore"`` (dropped silently) or '
+        '``"disable"`` (no check). Keyword only. See :class:`~torchmetrics_diff.AUROC`.'
+    ),
     "kwargs": "the :class:`~torchmetrics_diff.Metric` keyword arguments.",
 }
 

@@ -22,6 +22,8 @@ def auroc(
     average: str | None = "macro",
     thresholds: Any = None,
     max_fpr: Any = None,
+    *,
+    nan_strategy: str = "error",
 ) -> torch.Tensor:
     """Exact area under the ROC curve of a batch: binary, multiclass (each class against the rest) or multilabel.
 
@@ -46,6 +48,11 @@ def auroc(
             binary task). Ignored for binary.
         thresholds: only ``None`` (exact; binned thresholds are not implemented). Default ``None``.
         max_fpr: only ``None`` (the partial AUROC is not implemented). Default ``None``.
+        nan_strategy: what a NaN score in ``preds`` does: ``"error"`` (default) raises a ``ValueError`` with the count;
+            ``"warn"`` drops its sample (multiclass: a sample with any NaN class score; multilabel: the one
+            ``(sample, label)`` entry) with a warning giving the count; ``"ignore"`` drops it silently; ``"disable"``
+            skips the check (the value then depends on where the sort puts the NaN). Infinite scores are ranked, never
+            dropped. Keyword only.
 
     Returns:
         A tensor in the default dtype (float32), without gradient: 0-d, or ``(C,)``/``(L,)`` with
@@ -54,8 +61,8 @@ def auroc(
 
     Raises:
         ValueError: an unknown ``task`` or ``average``, a missing ``num_classes``/``num_labels``, ``thresholds``
-            or ``max_fpr`` given, integer ``preds``, mismatched shapes, or (with ``validate_args``) targets out of
-            range.
+            or ``max_fpr`` given, integer ``preds``, mismatched shapes, (with ``validate_args``) targets out of range,
+            or a NaN score with ``nan_strategy="error"``.
 
     Example:
         >>> import torch
@@ -66,7 +73,7 @@ def auroc(
         tensor([1.0000, 0.8750, 1.0000])
     """
     args = (task, num_classes, num_labels, average, thresholds, ignore_index, validate_args, max_fpr)
-    return _curve("auroc", preds, target, *args)
+    return _curve("auroc", preds, target, *args, nan_strategy=nan_strategy, owner="auroc")
 
 
 def average_precision(
@@ -79,6 +86,8 @@ def average_precision(
     average: str | None = "macro",
     ignore_index: int | None = None,
     validate_args: bool = True,
+    *,
+    nan_strategy: str = "error",
 ) -> torch.Tensor:
     """Exact average precision of a batch: binary, multiclass (each class against the rest) or multilabel.
 
@@ -100,6 +109,11 @@ def average_precision(
             multilabel ``"micro"``. Ignored for binary.
         ignore_index: target entries equal to it are left out. Default ``None``.
         validate_args: check that the targets lie in their range. Default ``True``.
+        nan_strategy: what a NaN score in ``preds`` does: ``"error"`` (default) raises a ``ValueError`` with the count;
+            ``"warn"`` drops its sample (multiclass: a sample with any NaN class score; multilabel: the one
+            ``(sample, label)`` entry) with a warning giving the count; ``"ignore"`` drops it silently; ``"disable"``
+            skips the check (the value then depends on where the sort puts the NaN). Infinite scores are ranked, never
+            dropped. Keyword only.
 
     Returns:
         A tensor in the default dtype (float32), without gradient: 0-d, or ``(C,)``/``(L,)`` with
@@ -109,7 +123,8 @@ def average_precision(
 
     Raises:
         ValueError: an unknown ``task`` or ``average``, a missing ``num_classes``/``num_labels``, ``thresholds``
-            given, integer ``preds``, mismatched shapes, or (with ``validate_args``) targets out of range.
+            given, integer ``preds``, mismatched shapes, (with ``validate_args``) targets out of range, or a NaN score
+            with ``nan_strategy="error"``.
 
     Example:
         >>> import torch
@@ -117,7 +132,7 @@ def average_precision(
         tensor(0.8333)
     """
     args = (task, num_classes, num_labels, average, thresholds, ignore_index, validate_args)
-    return _curve("average_precision", preds, target, *args)
+    return _curve("average_precision", preds, target, *args, nan_strategy=nan_strategy, owner="average_precision")
 
 
 def binary_auroc(
@@ -127,6 +142,8 @@ def binary_auroc(
     thresholds: Any = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
+    *,
+    nan_strategy: str = "error",
 ) -> torch.Tensor:
     """:func:`auroc` with ``task="binary"``, in torchmetrics' argument order.
 
@@ -138,19 +155,37 @@ def binary_auroc(
         thresholds: only ``None``. Default ``None``.
         ignore_index: target entries equal to it are left out. Default ``None``.
         validate_args: check the targets. Default ``True``.
+        nan_strategy: what a NaN score in ``preds`` does: ``"error"`` (default) raises a ``ValueError`` with the count;
+            ``"warn"`` drops its sample with a warning giving the count; ``"ignore"`` drops it silently; ``"disable"``
+            skips the check (the value then depends on where the sort puts the NaN). Infinite scores are ranked, never
+            dropped. Keyword only.
 
     Returns:
         A 0-d tensor in the default dtype.
 
     Raises:
-        ValueError: as :func:`auroc`.
+        ValueError: as :func:`auroc`, and a NaN score with ``nan_strategy="error"``.
 
     Example:
         >>> import torch
         >>> binary_auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
         tensor(0.7500)
     """
-    return _curve("auroc", preds, target, "binary", None, None, None, thresholds, ignore_index, validate_args, max_fpr)
+    return _curve(
+        "auroc",
+        preds,
+        target,
+        "binary",
+        None,
+        None,
+        None,
+        thresholds,
+        ignore_index,
+        validate_args,
+        max_fpr,
+        nan_strategy=nan_strategy,
+        owner="binary_auroc",
+    )
 
 
 def multiclass_auroc(
@@ -161,6 +196,8 @@ def multiclass_auroc(
     thresholds: Any = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
+    *,
+    nan_strategy: str = "error",
 ) -> torch.Tensor:
     """:func:`auroc` with ``task="multiclass"`` (each class against the rest), in torchmetrics' argument order.
 
@@ -173,12 +210,16 @@ def multiclass_auroc(
         thresholds: only ``None``. Default ``None``.
         ignore_index: rows whose target equals it are left out. Default ``None``.
         validate_args: check the targets. Default ``True``.
+        nan_strategy: what a NaN score in ``preds`` does: ``"error"`` (default) raises a ``ValueError`` with the count;
+            ``"warn"`` drops a sample with any NaN class score with a warning giving the count; ``"ignore"`` drops it
+            silently; ``"disable"`` skips the check (the value then depends on where the sort puts the NaN). Infinite
+            scores are ranked, never dropped. Keyword only.
 
     Returns:
         A 0-d tensor in the default dtype, or ``(C,)`` with ``average="none"``.
 
     Raises:
-        ValueError: as :func:`auroc`.
+        ValueError: as :func:`auroc`, and a NaN score with ``nan_strategy="error"``.
 
     Example:
         >>> import torch
@@ -187,7 +228,7 @@ def multiclass_auroc(
         tensor(0.9583)
     """
     args = (num_classes, None, average, thresholds, ignore_index, validate_args)
-    return _curve("auroc", preds, target, "multiclass", *args)
+    return _curve("auroc", preds, target, "multiclass", *args, nan_strategy=nan_strategy, owner="multiclass_auroc")
 
 
 def multilabel_auroc(
@@ -198,6 +239,8 @@ def multilabel_auroc(
     thresholds: Any = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
+    *,
+    nan_strategy: str = "error",
 ) -> torch.Tensor:
     """:func:`auroc` with ``task="multilabel"`` (one label at a time), in torchmetrics' argument order.
 
@@ -210,12 +253,16 @@ def multilabel_auroc(
         thresholds: only ``None``. Default ``None``.
         ignore_index: target entries equal to it are left out (per label). Default ``None``.
         validate_args: check the targets. Default ``True``.
+        nan_strategy: what a NaN score in ``preds`` does: ``"error"`` (default) raises a ``ValueError`` with the count;
+            ``"warn"`` drops the one ``(sample, label)`` entry with a warning giving the count; ``"ignore"`` drops it
+            silently; ``"disable"`` skips the check (the value then depends on where the sort puts the NaN). Infinite
+            scores are ranked, never dropped. Keyword only.
 
     Returns:
         A 0-d tensor in the default dtype, or ``(L,)`` with ``average="none"``.
 
     Raises:
-        ValueError: as :func:`auroc`.
+        ValueError: as :func:`auroc`, and a NaN score with ``nan_strategy="error"``.
 
     Example:
         >>> import torch
@@ -224,7 +271,7 @@ def multilabel_auroc(
         tensor([1.0000, 0.6667])
     """
     args = (None, num_labels, average, thresholds, ignore_index, validate_args)
-    return _curve("auroc", preds, target, "multilabel", *args)
+    return _curve("auroc", preds, target, "multilabel", *args, nan_strategy=nan_strategy, owner="multilabel_auroc")
 
 
 def binary_average_precision(
@@ -233,6 +280,8 @@ def binary_average_precision(
     thresholds: Any = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
+    *,
+    nan_strategy: str = "error",
 ) -> torch.Tensor:
     """:func:`average_precision` with ``task="binary"``, in torchmetrics' argument order.
 
@@ -243,12 +292,16 @@ def binary_average_precision(
         thresholds: only ``None``. Default ``None``.
         ignore_index: target entries equal to it are left out. Default ``None``.
         validate_args: check the targets. Default ``True``.
+        nan_strategy: what a NaN score in ``preds`` does: ``"error"`` (default) raises a ``ValueError`` with the count;
+            ``"warn"`` drops its sample with a warning giving the count; ``"ignore"`` drops it silently; ``"disable"``
+            skips the check (the value then depends on where the sort puts the NaN). Infinite scores are ranked, never
+            dropped. Keyword only.
 
     Returns:
         A 0-d tensor in the default dtype.
 
     Raises:
-        ValueError: as :func:`average_precision`.
+        ValueError: as :func:`average_precision`, and a NaN score with ``nan_strategy="error"``.
 
     Example:
         >>> import torch
@@ -256,7 +309,9 @@ def binary_average_precision(
         tensor(0.8333)
     """
     args = (None, None, None, thresholds, ignore_index, validate_args)
-    return _curve("average_precision", preds, target, "binary", *args)
+    return _curve(
+        "average_precision", preds, target, "binary", *args, nan_strategy=nan_strategy, owner="binary_average_precision"
+    )
 
 
 def multiclass_average_precision(
@@ -267,6 +322,8 @@ def multiclass_average_precision(
     thresholds: Any = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
+    *,
+    nan_strategy: str = "error",
 ) -> torch.Tensor:
     """:func:`average_precision` with ``task="multiclass"`` (each class against the rest), in torchmetrics'
     argument order.
@@ -280,13 +337,17 @@ def multiclass_average_precision(
         thresholds: only ``None``. Default ``None``.
         ignore_index: rows whose target equals it are left out. Default ``None``.
         validate_args: check the targets. Default ``True``.
+        nan_strategy: what a NaN score in ``preds`` does: ``"error"`` (default) raises a ``ValueError`` with the count;
+            ``"warn"`` drops a sample with any NaN class score with a warning giving the count; ``"ignore"`` drops it
+            silently; ``"disable"`` skips the check (the value then depends on where the sort puts the NaN). Infinite
+            scores are ranked, never dropped. Keyword only.
 
     Returns:
         A 0-d tensor in the default dtype, or ``(C,)`` with ``average="none"`` (NaN for a class without a
         positive).
 
     Raises:
-        ValueError: as :func:`average_precision`.
+        ValueError: as :func:`average_precision`, and a NaN score with ``nan_strategy="error"``.
 
     Example:
         >>> import torch
@@ -295,7 +356,15 @@ def multiclass_average_precision(
         tensor([1.0000, 0.8333, 1.0000])
     """
     args = (num_classes, None, average, thresholds, ignore_index, validate_args)
-    return _curve("average_precision", preds, target, "multiclass", *args)
+    return _curve(
+        "average_precision",
+        preds,
+        target,
+        "multiclass",
+        *args,
+        nan_strategy=nan_strategy,
+        owner="multiclass_average_precision",
+    )
 
 
 def multilabel_average_precision(
@@ -306,6 +375,8 @@ def multilabel_average_precision(
     thresholds: Any = None,
     ignore_index: int | None = None,
     validate_args: bool = True,
+    *,
+    nan_strategy: str = "error",
 ) -> torch.Tensor:
     """:func:`average_precision` with ``task="multilabel"`` (one label at a time), in torchmetrics' argument
     order.
@@ -319,12 +390,16 @@ def multilabel_average_precision(
         thresholds: only ``None``. Default ``None``.
         ignore_index: target entries equal to it are left out (per label). Default ``None``.
         validate_args: check the targets. Default ``True``.
+        nan_strategy: what a NaN score in ``preds`` does: ``"error"`` (default) raises a ``ValueError`` with the count;
+            ``"warn"`` drops the one ``(sample, label)`` entry with a warning giving the count; ``"ignore"`` drops it
+            silently; ``"disable"`` skips the check (the value then depends on where the sort puts the NaN). Infinite
+            scores are ranked, never dropped. Keyword only.
 
     Returns:
         A 0-d tensor in the default dtype, or ``(L,)`` with ``average="none"``.
 
     Raises:
-        ValueError: as :func:`average_precision`.
+        ValueError: as :func:`average_precision`, and a NaN score with ``nan_strategy="error"``.
 
     Example:
         >>> import torch
@@ -333,4 +408,12 @@ def multilabel_average_precision(
         tensor(0.7500)
     """
     args = (None, num_labels, average, thresholds, ignore_index, validate_args)
-    return _curve("average_precision", preds, target, "multilabel", *args)
+    return _curve(
+        "average_precision",
+        preds,
+        target,
+        "multilabel",
+        *args,
+        nan_strategy=nan_strategy,
+        owner="multilabel_average_precision",
+    )

@@ -32,6 +32,7 @@ from torchmetrics_diff.functional._classification import (
     binary_auroc_inputs,
 )
 from torchmetrics_diff.functional._errors import ShapeMismatchError
+from torchmetrics_diff.functional._nan_scores import check_nan_strategy, settle_nans
 
 CURVE_AVERAGES = ("macro", "weighted", "none", None)
 MULTILABEL_CURVE_AVERAGES = ("micro", "macro", "weighted", "none", None)
@@ -75,13 +76,24 @@ def check_curve_args(
     return check_positive_int(name, value)
 
 
+def _softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over dim 1, and its limit in a row whose largest score is infinite: the entries at that score
+    share the mass (``torch.softmax`` gives NaN there, from ``inf - inf``; an all ``-inf`` row is uniform). A row
+    holding a NaN stays NaN, so that ``nan_strategy`` finds it."""
+    top = scores.amax(1, keepdim=True)  # NaN in a row with a NaN
+    at_top = scores == top
+    limit = (at_top / at_top.sum(1, keepdim=True)).to(scores.dtype)
+    infinite = torch.isinf(top)
+    return torch.where(infinite, limit, torch.softmax(torch.where(infinite, torch.zeros_like(scores), scores), 1))
+
+
 def _probabilities(scores: torch.Tensor, softmax: bool) -> torch.Tensor:
     """Scores as probabilities: a sigmoid (or a softmax over dim 1) when some value lies outside ``[0, 1]``,
-    decided on the device for the whole tensor (as torchmetrics does per batch)."""
+    decided on the device for the whole tensor (as torchmetrics does per batch; a NaN decides nothing)."""
     if not scores.numel():
         return scores
     logits = ((scores < 0) | (scores > 1)).any()
-    return torch.where(logits, torch.softmax(scores, 1) if softmax else torch.sigmoid(scores), scores)
+    return torch.where(logits, _softmax(scores) if softmax else torch.sigmoid(scores), scores)
 
 
 def curve_inputs(
@@ -179,10 +191,11 @@ def _warn_undefined(values: torch.Tensor, curve: str, what: str) -> None:
         )
 
 
-def binary_auroc_exact(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def binary_auroc_exact(scores: torch.Tensor, target: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Area under the ROC curve of 1-D scores: the Mann-Whitney statistic with tied scores sharing their mean
     rank, which equals the trapezoidal area under the exact ROC curve. 0 (with a warning) without positives or
-    without negatives, like torchmetrics.
+    without negatives, like torchmetrics. ``valid``: the entries that count (the others are left out; the kept
+    scores must lie above ``-inf``, as probabilities do), or ``None``: all.
 
     The ranks come from one sort and two binary searches (a score's mean rank among its ties is the mean of the
     first and last positions its value holds in the sorted scores): every shape is the input's, nothing is read
@@ -191,8 +204,13 @@ def binary_auroc_exact(scores: torch.Tensor, target: torch.Tensor) -> torch.Tens
     """
     dtype = torch.get_default_dtype()
     positive = target == 1
+    left_out: Any = 0
+    if valid is not None:  # a left-out entry scores -inf: below every kept score, so it changes no kept rank
+        positive = positive & valid
+        left_out = (~valid).sum()
+        scores = torch.where(valid, scores, float("-inf"))
     positives = positive.sum().to(torch.float64)
-    negatives = target.numel() - positives
+    negatives = target.numel() - left_out - positives
     if not compiling() and not bool(positives * negatives):
         warnings.warn(
             f"AUROC is undefined with {int(positives)} positive and {int(negatives)} negative targets; returning 0",
@@ -204,38 +222,73 @@ def binary_auroc_exact(scores: torch.Tensor, target: torch.Tensor) -> torch.Tens
     ordered = scores.sort().values
     below = torch.searchsorted(ordered, scores)  # scores ranked strictly below
     through = torch.searchsorted(ordered, scores, right=True)  # ... below or tied
-    mean_rank = (below + through + 1).to(torch.float64) / 2  # 1-based mean rank of the score's ties
+    mean_rank = (below + through + 1).to(torch.float64) / 2 - left_out  # 1-based, among the kept entries
     rank_sum = torch.where(positive, mean_rank, 0.0).sum()
     pairs = positives * negatives
     auc = (rank_sum - positives * (positives + 1) / 2) / torch.where(pairs > 0, pairs, 1.0)
     return torch.where(pairs > 0, auc, 0.0).to(dtype)
 
 
-def _binary(scores: torch.Tensor, target: torch.Tensor, curve: str) -> torch.Tensor:
+def _binary(scores: torch.Tensor, target: torch.Tensor, curve: str, valid: torch.Tensor | None = None) -> torch.Tensor:
     if curve == "auroc":
-        return binary_auroc_exact(scores, target)
-    value = _columns(scores.reshape(-1, 1), (target == 1).reshape(-1, 1), None, curve)
+        return binary_auroc_exact(scores, target, valid)
+    kept = None if valid is None else valid.reshape(-1, 1)
+    value = _columns(scores.reshape(-1, 1), (target == 1).reshape(-1, 1), kept, curve)
     _warn_undefined(value, curve, "binary target")
     return torch.nan_to_num(value, nan=0.0).reshape(()).to(torch.get_default_dtype())
 
 
+#: what ``nan_strategy`` drops, per task: one entry of the NaN mask of :func:`curve_score`
+NAN_UNITS = {"binary": "samples", "multiclass": "samples", "multilabel": "(sample, label) entries"}
+
+
+def _nan_rows(scores: torch.Tensor, task: str, nan_strategy: str, owner: str) -> torch.Tensor | None:
+    """The mask of what ``nan_strategy`` drops (a multiclass sample with any NaN class score), or ``None`` when
+    nothing is to be dropped; raises or warns as the strategy says (:func:`settle_nans`)."""
+    if nan_strategy == "disable":
+        return None
+    nan = torch.isnan(scores)
+    if task == "multiclass":
+        nan = nan.any(1)
+    return nan if settle_nans(nan, nan_strategy, owner, NAN_UNITS[task], stacklevel=5) else None
+
+
 def curve_score(
-    scores: torch.Tensor, target: torch.Tensor, task: str, size: int, average: str | None, curve: str
+    scores: torch.Tensor,
+    target: torch.Tensor,
+    task: str,
+    size: int,
+    average: str | None,
+    curve: str,
+    nan_strategy: str = "disable",
+    owner: str = "",
 ) -> torch.Tensor:
     """AUROC or average precision (``curve``) of rows formatted by :func:`curve_inputs` (every rank's, gathered).
 
+    ``nan_strategy`` says what NaN scores do (``"disable"``: nothing is checked); ``owner`` is the name its
+    messages give (default: ``curve``).
+
     Returns:
         A tensor in the default dtype: 0-d, or one value per class or label with ``average="none"``.
+
+    Raises:
+        ValueError: ``nan_strategy="error"`` and a NaN score.
     """
     dtype = torch.get_default_dtype()
+    nan = _nan_rows(scores, task, nan_strategy, owner or curve)
     if task == "binary":
-        return _binary(scores, target, curve)
+        return _binary(scores, target, curve, None if nan is None else ~nan)
+    if task == "multilabel" and nan is not None:
+        target = torch.where(nan, -1, target)  # a dropped entry is an ignored one
     if task == "multilabel" and average == "micro":
         kept = target >= 0
         return _binary(scores[kept], target[kept], curve)
     valid: torch.Tensor | None = None
     if task == "multiclass":
         positive = target.unsqueeze(1) == torch.arange(size, device=target.device)
+        if nan is not None:
+            valid = (~nan).unsqueeze(1).expand_as(positive)
+            positive = positive & valid
     else:
         positive, valid = target == 1, target >= 0
     values = _columns(scores, positive, valid, curve)
@@ -266,8 +319,12 @@ def _curve(
     ignore_index: int | None,
     validate_args: bool,
     max_fpr: Any = None,
+    nan_strategy: str = "error",
+    owner: str = "",
 ) -> torch.Tensor:
-    """Validate, format and score: the body of every AUROC and average-precision function."""
+    """Validate, format and score: the body of every AUROC and average-precision function (``owner``: its name,
+    for the messages)."""
     size = check_curve_args(task, num_classes, num_labels, average, thresholds, ignore_index, max_fpr)
+    nan_strategy = check_nan_strategy(nan_strategy)
     scores, labels = curve_inputs(preds, target, task, size, ignore_index, validate_args)
-    return curve_score(scores, labels, task, size, average, curve)
+    return curve_score(scores, labels, task, size, average, curve, nan_strategy, owner)

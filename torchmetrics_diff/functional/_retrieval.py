@@ -80,6 +80,23 @@ def check_pairs(
     return image, text, labels
 
 
+def check_finite(image: torch.Tensor, text: torch.Tensor) -> None:
+    """Raise unless every embedding is finite (checked where the rows are scored: every rank's, in ``compute``).
+
+    Raises:
+        ValueError: naming ``image`` or ``text`` and the count of rows with a NaN or an infinity.
+    """
+
+    def found() -> str:
+        counts = [(n, int((~torch.isfinite(x)).any(-1).sum())) for n, x in (("image", image), ("text", text))]
+        return "found NaN or infinite values in " + " and ".join(f"{k} row(s) of `{n}`" for n, k in counts if k)
+
+    bad = (~torch.isfinite(image)).any(-1) | (~torch.isfinite(text)).any(-1)
+    check_values(
+        bad, "cross-modal retrieval: embeddings must be finite (a NaN or an infinity has no score, so no rank)", found
+    )
+
+
 # ------------------------------------------------------------------------------------------------- scoring
 def query_scores(
     queries: torch.Tensor,
@@ -185,7 +202,8 @@ def score_directions(
     ap_k: int | None = None,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
     """:func:`query_scores` of each direction: image queries against the text gallery (``"i2t"``), the reverse
-    (``"t2i"``)."""
+    (``"t2i"``); non-finite embeddings raise (:func:`check_finite`)."""
+    check_finite(image, text)
     pairs = {"i2t": (image, text), "t2i": (text, image)}
     return {d: query_scores(*pairs[d], labels, chunk_size, ap_k) for d in directions}
 
@@ -239,7 +257,7 @@ def retrieval_ranks(
         ``{"i2t": ranks, "t2i": ranks}`` (the requested directions), each ``int64`` of shape ``(N,)``.
 
     Raises:
-        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+        ValueError: embeddings that are not finite floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
             direction, or a non-positive ``chunk_size``.
 
     Example:
@@ -286,7 +304,7 @@ def retrieval_recall_at_k(
         ``k``; NaN without queries.
 
     Raises:
-        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+        ValueError: embeddings that are not finite floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
             direction, or a non-positive ``chunk_size``, or a bad ``top_k``.
 
     Example:
@@ -342,7 +360,7 @@ def retrieval_mean_rank(
         queries.
 
     Raises:
-        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+        ValueError: embeddings that are not finite floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
             direction, or a non-positive ``chunk_size``.
 
     Example:
@@ -381,7 +399,7 @@ def retrieval_median_rank(
         queries.
 
     Raises:
-        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+        ValueError: embeddings that are not finite floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
             direction, or a non-positive ``chunk_size``.
 
     Example:
@@ -421,7 +439,7 @@ def retrieval_map_at_k(
         ``{"i2t_mAP@<k>": value, "t2i_mAP@<k>": value}``, 0-d tensors in the default dtype; NaN without queries.
 
     Raises:
-        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+        ValueError: embeddings that are not finite floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
             direction, or a non-positive ``chunk_size``, or a bad ``top_k``.
 
     Example:
@@ -474,7 +492,9 @@ def ndcg_directions(
     chunk_size: int,
     top_k: int | None,
 ) -> dict[str, torch.Tensor]:
-    """:func:`query_ndcg` of each direction (image queries against the text gallery for ``"i2t"``)."""
+    """:func:`query_ndcg` of each direction (image queries against the text gallery for ``"i2t"``); non-finite
+    embeddings raise (:func:`check_finite`)."""
+    check_finite(image, text)
     pairs = {"i2t": (image, text), "t2i": (text, image)}
     return {d: query_ndcg(*pairs[d], labels, chunk_size, top_k) for d in directions}
 
@@ -514,7 +534,7 @@ def retrieval_mrr(
         default dtype; NaN without queries.
 
     Raises:
-        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+        ValueError: embeddings that are not finite floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
             direction, a non-positive ``chunk_size``, or a ``top_k`` that is neither ``None`` nor a positive int.
 
     Example:
@@ -557,7 +577,7 @@ def retrieval_ndcg(
         default dtype; NaN without queries.
 
     Raises:
-        ValueError: embeddings that are not floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
+        ValueError: embeddings that are not finite floating ``(N, D)`` tensors of one shape, bad ``labels``, an unknown
             direction, a non-positive ``chunk_size``, or a ``top_k`` that is neither ``None`` nor a positive int.
 
     Example:

@@ -7,7 +7,9 @@ segments that sort leaves, one value per query, with no Python loop over queries
 torchmetrics' ``torchmetrics.functional.retrieval`` (version 1.x), each one's rules stated in its docstring.
 
 The public functional forms (``retrieval_average_precision`` and the others, torchmetrics' names and arguments),
-which score one query's documents, are in ``_retrieval_query_functions``. This module imports only torch.
+which score one query's documents, are in ``_retrieval_query_functions``. A document whose score is NaN has no
+rank: :func:`nan_free` applies ``nan_strategy`` to it (``_nan_scores``). This module imports only torch and
+``functional``'s own helpers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from typing import Any, NamedTuple, Union
 
 import torch
 from torch import Tensor
+
+from torchmetrics_diff.functional._nan_scores import check_nan_strategy, settle_nans
+
+__all__ = ["check_nan_strategy"]  # re-exported: the classes take every check from this module
 
 EMPTY_TARGET_ACTIONS = ("neg", "pos", "skip", "error")
 AGGREGATIONS = ("mean", "median", "min", "max")
@@ -165,12 +171,31 @@ def check_query_inputs(
     return preds, target, indexes
 
 
-def check_single_query(preds: Any, target: Any, binary: bool = True) -> tuple[Tensor, Tensor]:
-    """Validated, flattened ``preds`` and ``target`` of one query (the functional forms).
+def nan_free(*rows: Tensor, nan_strategy: str, owner: str) -> tuple[Tensor, ...]:
+    """Flat ``rows`` (``preds`` first, then ``target`` and ``indexes``) without the documents whose score is NaN,
+    as ``nan_strategy`` says (:func:`settle_nans`: ``"error"`` raises, ``"warn"`` warns with the count);
+    unchanged with ``"disable"``. Infinite scores are kept (ranked first or last).
+
+    Raises:
+        ValueError: ``nan_strategy="error"`` and a NaN score, naming ``owner``.
+    """
+    if nan_strategy == "disable":
+        return rows
+    nan = torch.isnan(rows[0])
+    if not settle_nans(nan, nan_strategy, owner, "documents", stacklevel=4):
+        return rows
+    return tuple(x[~nan] for x in rows)
+
+
+def check_single_query(
+    preds: Any, target: Any, binary: bool = True, nan_strategy: str = "disable", owner: str = ""
+) -> tuple[Tensor, Tensor]:
+    """Validated, flattened ``preds`` and ``target`` of one query (the functional forms), without the documents
+    scored NaN as ``nan_strategy`` says (:func:`nan_free`; ``owner`` names the function in its messages).
 
     Raises:
         ValueError: tensors of different shapes or empty, or of the wrong dtypes, or a non-binary ``target``
-            where ``binary``.
+            where ``binary``, or a NaN score (``"error"``), or only NaN scores (nothing left to rank).
     """
     for name, x in (("preds", preds), ("target", target)):
         if not isinstance(x, Tensor):
@@ -180,7 +205,11 @@ def check_single_query(preds: Any, target: Any, binary: bool = True) -> tuple[Te
     if not preds.numel() or not preds.dim():
         raise ValueError(f"`preds` and `target` must be non-empty, non-scalar tensors; got {_shape(preds)}")
     _check_types(preds, target, binary)
-    return preds.reshape(-1), target.reshape(-1)
+    nan_strategy = check_nan_strategy(nan_strategy)
+    preds, target = nan_free(preds.reshape(-1), target.reshape(-1), nan_strategy=nan_strategy, owner=owner)
+    if not preds.numel():
+        raise ValueError(f"{owner}: every score of `preds` is NaN, so no document is left to rank")
+    return preds, target
 
 
 def value_dtype(preds: Tensor) -> torch.dtype:

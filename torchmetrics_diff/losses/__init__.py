@@ -5,12 +5,13 @@ from __future__ import annotations
 from torchmetrics_diff.losses._base import GlobalBatchLoss
 from torchmetrics_diff.losses.contrastive import BarlowTwinsLoss, CLIPLoss, InfoNCELoss, SigLIPLoss, SupConLoss
 from torchmetrics_diff.losses.moe import LoadBalancingLoss, RouterZLoss
-from torchmetrics_diff.losses.normalized import GlobalMeanLoss, TokenCrossEntropyLoss
+from torchmetrics_diff.losses.normalized import FlatAccumulation, GlobalMeanLoss, TokenCrossEntropyLoss
 from torchmetrics_diff.losses.self_supervised import DINOCenter, VICRegLoss
 
 __all__ = [
     "BarlowTwinsLoss",
     "CLIPLoss",
+    "FlatAccumulation",
     "GlobalBatchLoss",
     "GlobalMeanLoss",
     "InfoNCELoss",

@@ -66,6 +66,10 @@ class LoadBalancingLoss(GlobalMeanLoss):
     """
 
     _same_dtype = ("router_probs",)
+    _not_flat = (
+        "the loss E·Σ f_i·P_i multiplies two global means, so the micro-batches' unnormalized sums cannot be "
+        "normalized afterwards"
+    )
 
     def __init__(
         self,

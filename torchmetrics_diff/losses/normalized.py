@@ -2,8 +2,13 @@
 
 The case to get right is token-level cross-entropy with padding under DDP *and* gradient accumulation: the
 denominator is the number of valid tokens over every rank and every micro-batch of the optimizer step. Dividing
-per micro-batch or per rank weights tokens unequally. The count is known before the micro-batches run (it only
-needs the targets), so :meth:`GlobalMeanLoss.accumulate` takes it up front, in one all-reduce::
+per micro-batch or per rank weights tokens unequally. Two ways to accumulate give the one-device gradient of the
+step's global mean.
+
+*Up front*, when the step's micro-batches are known before they run: the count only needs the targets, so
+:meth:`GlobalMeanLoss.accumulate` sums it over the ranks before the first forward pass, and every call returns its
+share of the step's loss (the shares add up to the step's global loss; leaving the block checks that the
+micro-batches seen add up to the planned count)::
 
     loss_fn = TokenCrossEntropyLoss()
     for micro_batches in loader:                      # the k micro-batches of one optimizer step
@@ -13,22 +18,31 @@ needs the targets), so :meth:`GlobalMeanLoss.accumulate` takes it up front, in o
                 loss.backward()                        # (inside model.no_sync() but for the last one)
         optimizer.step(); optimizer.zero_grad()
 
-Within the block each call returns its share of the step's loss (the shares add up to the step's global loss),
-and leaving the block checks that the micro-batches seen add up to the planned count.
+*Flat*, when they are not (a ``for micro_batch in loader:`` loop, ranks with different numbers of micro-batches):
+inside :meth:`GlobalMeanLoss.flat_accumulation` every call returns this rank's unnormalized sum ``Σ w·v`` of the
+micro-batch and communicates nothing; :meth:`FlatAccumulation.finish_step` sums the step's weight over the ranks
+and rescales the accumulated ``.grad`` of the parameters to the gradient of the step's global mean::
+
+    with loss_fn.flat_accumulation(model.parameters()) as acc:
+        for micro_batch in loader:
+            loss_fn(model(micro_batch["input_ids"]), micro_batch["labels"]).backward()
+            if step_ends(micro_batch):                 # (DDP: only that backward outside model.no_sync())
+                acc.finish_step()                      # before clipping and optimizer.step(); acc.loss: the step's
+                optimizer.step(); optimizer.zero_grad()
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from torchmetrics_diff import functional as F
 from torchmetrics_diff._batch_step import record_step
-from torchmetrics_diff._global.strategy import checked_together, global_normalized
+from torchmetrics_diff._global.strategy import checked_together, global_normalized, grad_factor
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce
 from torchmetrics_diff.distributed._backend import default_device, group_size
 from torchmetrics_diff.distributed._call import leave
@@ -44,7 +58,9 @@ class GlobalMeanLoss(Metric):
     ``F.cross_entropy(..., reduction="none")``), optional weights and/or a bool mask. The returned value is
     identical on every rank and its gradient is the one-big-device gradient
     (:ref:`architecture-gradient-contract`). :meth:`compute`
-    returns the weighted mean over every element seen since the last reset, over every rank.
+    returns the weighted mean over every element seen since the last reset, over every rank. With gradient
+    accumulation, :meth:`accumulate` normalizes each call by the step's weight known up front, and
+    :meth:`flat_accumulation` normalizes the step's gradients at its end (:doc:`/guide/accumulation`).
 
     Args:
         dist_sync_on_step: normalize by the global weight (default ``True``); ``False``: the local mean.
@@ -67,6 +83,8 @@ class GlobalMeanLoss(Metric):
     higher_is_better = False
     full_state_update = False
     _same_dtype: tuple[str, ...] = ("values",)
+    #: why :meth:`flat_accumulation` would not be exact for a subclass ("": it is, the loss is a ratio of sums)
+    _not_flat: ClassVar[str] = ""
     loss_sum: Tensor
     weight: Tensor
 
@@ -76,6 +94,7 @@ class GlobalMeanLoss(Metric):
         self.add_state("weight", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         # [global total, local planned (None: given as `total`), local seen] inside accumulate()
         self._accumulation: list[Any] | None = None
+        self._flat: FlatAccumulation | None = None  # the open flat_accumulation() block
         self._value_dtype = torch.float32  # the widest value returned (see note_value_dtype)
 
     def _block(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
@@ -102,8 +121,8 @@ class GlobalMeanLoss(Metric):
         """
         if (items is None) == (total is None):
             raise ValueError("accumulate() needs exactly one of `items` (per micro-batch) or `total`")
-        if self._accumulation is not None:
-            raise RuntimeError(f"{type(self).__name__}.accumulate() blocks cannot be nested")
+        if self._accumulation is not None or self._flat is not None:
+            raise RuntimeError(_nested(self, "accumulate"))
         if items is not None:
             local = sum((self._local_count(i) for i in items), torch.tensor(0.0, dtype=torch.float64))
             planned_local: float | None = float(local)
@@ -137,6 +156,69 @@ class GlobalMeanLoss(Metric):
                 f"{type(self).__name__}.accumulate(): the micro-batches planned a weight of {plan[1]:g} on this "
                 f"rank but the calls inside the block brought {plan[2]:g}"
             )
+
+    @contextmanager
+    def flat_accumulation(self, params: Iterable[Tensor]) -> Iterator[FlatAccumulation]:
+        """Accumulate micro-batches whose targets are not known in advance; normalize the gradients at the end.
+
+        Inside the block each call returns this rank's *unnormalized* sum ``Σ w·v`` of its micro-batch, with its
+        graph, and communicates nothing: call ``backward()`` on it. Ranks may run different numbers of
+        micro-batches in a step, none included.
+        :meth:`~torchmetrics_diff.losses.FlatAccumulation.finish_step` ends the optimizer step: on
+        every rank it sums the step's weight ``N`` over the ranks and multiplies the ``.grad`` of each of
+        ``params`` by ``W / N`` (``grad_reduction="mean"``, the trainer averages over ``W`` ranks) or ``1 / N``
+        (``"sum"``), which makes it the one-device gradient of the step's global mean
+        (:ref:`architecture-gradient-contract`). Call it after the step's last ``backward()`` and before gradient
+        clipping and ``optimizer.step()``. Leaving the block finishes the step in progress (an empty one on every
+        rank changes nothing). With ``dist_sync_on_step=False`` ``N`` is this rank's weight (no collective).
+
+        The rescale multiplies the whole ``.grad``: the gradients of ``params`` must come from this loss's calls
+        since the last ``zero_grad()`` (add another loss to the returned sum and it is divided by ``N`` too).
+        :meth:`update` and :meth:`compute` are unchanged inside the block, and the calls are recorded for
+        :meth:`compute` as outside it.
+
+        Args:
+            params: the parameters the micro-batches' gradients accumulate in: ``model.parameters()`` (or the
+                module itself); parameters whose ``.grad`` is ``None`` are left alone.
+
+        Yields:
+            The block's :class:`~torchmetrics_diff.losses.FlatAccumulation`: ``finish_step()``, and
+            ``loss`` and ``weight`` of the last
+            finished step.
+
+        Raises:
+            ValueError: ``params`` holds something other than tensors, or nothing.
+            RuntimeError: inside another ``flat_accumulation()`` or :meth:`accumulate` block.
+            NotImplementedError: a loss that is not a ratio of sums over its elements (``LoadBalancingLoss``).
+
+        Example:
+            >>> import torch
+            >>> from torchmetrics_diff.losses import GlobalMeanLoss
+            >>> w = torch.tensor([1.0, 2.0], requires_grad=True)
+            >>> loss = GlobalMeanLoss()
+            >>> with loss.flat_accumulation([w]) as acc:
+            ...     loss(3 * w).backward()  # returns Σ v = 3 + 6 (2 elements), not normalized
+            ...     loss(w[:1]).backward()  # Σ v = 1 (1 element)
+            >>> acc.loss, acc.weight  # the step's mean (3 + 6 + 1) / 3, over 3 elements
+            (tensor(3.3333), tensor(3., dtype=torch.float64))
+            >>> w.grad  # the gradient of that mean: (3 + 1) / 3 and 3 / 3
+            tensor([1.3333, 1.0000])
+        """
+        if self._not_flat:
+            raise NotImplementedError(f"{type(self).__name__}.flat_accumulation(): {self._not_flat}; use accumulate()")
+        listed = _parameters(params)
+        if self._accumulation is not None or self._flat is not None:
+            raise RuntimeError(_nested(self, "flat_accumulation"))
+        flat = self._flat = FlatAccumulation(self, listed)
+        try:
+            yield flat
+        except BaseException:
+            self._flat, flat._open = None, False
+            raise
+        try:
+            self._finish_flat_step(flat, last=True)
+        finally:
+            self._flat, flat._open = None, False
 
     def forward(self, values: Tensor, weight: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
         """This call's loss (its share of the step's loss inside :meth:`accumulate`), differentiable.
@@ -172,6 +254,8 @@ class GlobalMeanLoss(Metric):
         ``GlobalBatchLoss._step``, the step begins once every rank has the value."""
         if self._is_synced:
             raise self._synced_error("forward")
+        if self._flat is not None:
+            return self._flat_step(self._flat, inputs)
         named = enter_call(self, "forward")
         loss_sum, count = self._checked_block(inputs)
         total = None if self._accumulation is None else self._accumulation[0]
@@ -190,6 +274,46 @@ class GlobalMeanLoss(Metric):
         note_value_dtype(self, value)
         if self._accumulation is not None:
             self._accumulation[2] += float(count)
+
+    def _flat_step(self, flat: FlatAccumulation, inputs: dict[str, Any]) -> Tensor:
+        """``forward`` inside :meth:`flat_accumulation`: the block's unnormalized sum, no collective. An input error
+        therefore raises on this rank alone; the peers meet it (or its exit) at the step's ``finish_step``."""
+        self._check_inputs(inputs)
+        loss_sum, count = self._block(**inputs)
+        return record_step(self, loss_sum, lambda: self._record_flat(flat, loss_sum, count))
+
+    def _record_flat(self, flat: FlatAccumulation, loss_sum: Tensor, count: Tensor) -> None:
+        self._add_block(loss_sum.detach(), count.detach())
+        note_value_dtype(self, loss_sum)
+        flat._add(loss_sum.detach(), count.detach())
+
+    def _finish_flat_step(self, flat: FlatAccumulation, *, last: bool = False) -> Tensor:
+        """End the step of ``flat``: the global sum, weight and calls in one all-reduce, the gradients rescaled.
+
+        ``last`` (leaving the block): a step without calls on any rank leaves ``flat.loss`` as it was.
+        """
+        if not flat._open:
+            raise RuntimeError(f"{type(self).__name__}: finish_step() after its flat_accumulation() block ended")
+        local = flat._take()
+        world = 1
+        if self._step_syncs():
+            group = self.process_group
+            named = enter_call(self, "finish_step")
+            local = all_reduce(local.to(default_device(group)), "sum", group, grad="none")
+            if named:
+                leave()
+            world = group_size(group)
+        _, total_weight, calls = local.tolist()  # (one host read per optimizer step)
+        if total_weight > 0:
+            factor = grad_factor(world, self.grad_reduction) / total_weight
+            with torch.no_grad():
+                for p in flat._params:
+                    if p.grad is not None:
+                        p.grad.mul_(factor)  # (FSDP: the local shard of a sharded gradient, scaled alike)
+        value = safe_divide(local[0], local[1]).to(value_dtype(self))
+        if calls or not last:
+            flat.loss, flat.weight, flat.steps = value, local[1], flat.steps + 1
+        return value
 
     def _checked_block(self, inputs: dict[str, Any]) -> tuple[Tensor, Tensor]:
         """The block's weighted sum and weight; under sync a bad input on one rank raises on every rank."""
@@ -214,6 +338,98 @@ class GlobalMeanLoss(Metric):
     def compute(self) -> Tensor:
         """The weighted mean over everything seen (every rank when ``sync_on_compute``), in ``forward``'s dtype."""
         return (self.loss_sum / self.weight).to(value_dtype(self))
+
+
+class FlatAccumulation:
+    """The handle of a :meth:`~torchmetrics_diff.losses.GlobalMeanLoss.flat_accumulation` block: ends optimizer
+    steps, keeps their loss. Made by ``flat_accumulation()``, not by hand.
+
+    Args:
+        owner: the loss whose calls the block collects.
+        params: the parameters whose ``.grad`` :meth:`finish_step` rescales.
+
+    Attributes:
+        loss: the global mean loss of the last finished step, detached and identical on every rank (``None``
+            before the first): for logging.
+        weight: that step's global weight ``N`` (float64; the valid tokens of
+            :class:`~torchmetrics_diff.losses.TokenCrossEntropyLoss`), ``None`` before the first step.
+        steps: the steps finished in the block.
+        micro_batches: this rank's calls in the step in progress.
+    """
+
+    def __init__(self, owner: GlobalMeanLoss, params: list[torch.Tensor]) -> None:
+        self._owner, self._params, self._open = owner, params, True
+        self._sum: Tensor | None = None  # this rank's Σ w·v of the step in progress (detached, float64)
+        self._weight: Tensor | None = None  # and its weight
+        self.micro_batches = 0
+        self.loss: Tensor | None = None
+        self.weight: Tensor | None = None
+        self.steps = 0
+
+    def finish_step(self) -> Tensor:
+        """End the optimizer step: every rank calls it at the same step, whatever its number of micro-batches.
+
+        Sums the step's ``Σ w·v`` and weight over the ranks (on the CPU in one collective, its call header's
+        exchange; none with one process or ``dist_sync_on_step=False``) and multiplies the ``.grad`` of the
+        block's parameters so that they hold the gradient of the step's global mean. Call it after the step's
+        last ``backward()`` (under DDP, after the one backward outside ``no_sync()``, which all-reduced the
+        gradients) and before clipping, ``GradScaler.unscale_`` or ``optimizer.step()``: the rescale commutes
+        with the scaler's factor, not with clipping.
+
+        Returns:
+            The step's global mean loss, detached (0 when the step's weight is 0; the gradients are then left
+            as they are).
+
+        Raises:
+            RuntimeError: after the block ended; on every rank when the ranks are not all finishing the step
+                (a rank in another call of the loss).
+        """
+        return self._owner._finish_flat_step(self)
+
+    def _add(self, loss_sum: Tensor, count: Tensor) -> None:
+        loss_sum, count = loss_sum.to(torch.float64), count.to(torch.float64)
+        self._sum = loss_sum if self._sum is None else self._sum + loss_sum.to(self._sum.device)
+        self._weight = count if self._weight is None else self._weight + count.to(self._weight.device)
+        self.micro_batches += 1
+
+    def _take(self) -> Tensor:
+        """``[Σ w·v, weight, calls]`` of this rank's step in progress (float64), and a fresh step."""
+        if self._sum is None or self._weight is None:
+            taken = torch.zeros(3, dtype=torch.float64)
+        else:
+            calls = torch.tensor(float(self.micro_batches), dtype=torch.float64, device=self._sum.device)
+            taken = torch.stack([self._sum, self._weight.to(self._sum.device), calls])
+        self._sum, self._weight, self.micro_batches = None, None, 0
+        return taken
+
+
+def _parameters(params: Iterable[Tensor] | nn.Module) -> list[Tensor]:
+    """The distinct tensors of ``params`` (a module: its parameters), or a ``ValueError`` naming what came."""
+    if isinstance(params, nn.Module):
+        params = params.parameters()
+    elif isinstance(params, Tensor):
+        params = [params]
+    listed: list[Tensor] = []
+    seen: set[int] = set()
+    for p in params:
+        if not isinstance(p, Tensor):
+            raise ValueError(
+                "`params` must hold the parameters (tensors) whose gradients the micro-batches accumulate, e.g. "
+                f"model.parameters(); got a {type(p).__name__} among them"
+            )
+        if id(p) not in seen:  # (a parameter listed twice is rescaled once)
+            seen.add(id(p))
+            listed.append(p)
+    if not listed:
+        raise ValueError("`params` must hold at least one parameter (e.g. model.parameters()); got none")
+    return listed
+
+
+def _nested(loss: GlobalMeanLoss, opening: str) -> str:
+    return (
+        f"{type(loss).__name__}.{opening}() blocks cannot be nested: an accumulate() or flat_accumulation() "
+        "block of this loss is open"
+    )
 
 
 class TokenCrossEntropyLoss(GlobalMeanLoss):

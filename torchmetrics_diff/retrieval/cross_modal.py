@@ -9,7 +9,7 @@ gallery, ``chunk_size`` queries at a time. The definitions (rank, R@k, AP@k, pos
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -109,6 +109,23 @@ class _CrossModalRetrieval(Metric):
     def _ranks(self) -> dict[str, torch.Tensor]:
         return {d: ranks for d, (ranks, _) in self._scored().items()}
 
+    def _summary(self, per_direction: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The value from each direction's per-query numbers (ranks, APs or nDCGs)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement `_summary`")
+
+    def result_keys(self) -> list[str]:
+        """The keys of the value (directions, then cut-offs), known before any update: a
+        :class:`~torchmetrics_diff.MetricCollection` holding the metric then gives each key a tensor-valued view
+        in ``items()``, which Lightning's ``self.log_dict(collection)`` logs.
+
+        Example:
+            >>> from torchmetrics_diff.retrieval import CrossModalRecallAtK
+            >>> CrossModalRecallAtK(top_k=(1, 5), directions=("t2i",)).result_keys()
+            ['t2i_R@1', 't2i_R@5']
+        """
+        # the keys are those of the value of no query: named by the same functions as every value
+        return list(self._summary({d: torch.zeros(0, dtype=torch.float64) for d in self.directions}))
+
 
 class CrossModalRecallAtK(_CrossModalRetrieval):
     __doc__ = (
@@ -144,7 +161,10 @@ class CrossModalRecallAtK(_CrossModalRetrieval):
 
     def compute(self) -> dict[str, torch.Tensor]:
         """Recall@k per direction and ``k``."""
-        return recall_at_k_from_ranks(self._ranks(), self.top_k)
+        return self._summary(self._ranks())
+
+    def _summary(self, per_direction: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return recall_at_k_from_ranks(per_direction, self.top_k)
 
 
 class CrossModalMeanRank(_CrossModalRetrieval):
@@ -170,7 +190,10 @@ class CrossModalMeanRank(_CrossModalRetrieval):
 
     def compute(self) -> dict[str, torch.Tensor]:
         """Mean rank per direction."""
-        return mean_rank_from_ranks(self._ranks())
+        return self._summary(self._ranks())
+
+    def _summary(self, per_direction: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return mean_rank_from_ranks(per_direction)
 
 
 class CrossModalMedianRank(_CrossModalRetrieval):
@@ -196,7 +219,10 @@ class CrossModalMedianRank(_CrossModalRetrieval):
 
     def compute(self) -> dict[str, torch.Tensor]:
         """Median rank per direction."""
-        return median_rank_from_ranks(self._ranks())
+        return self._summary(self._ranks())
+
+    def _summary(self, per_direction: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return median_rank_from_ranks(per_direction)
 
 
 class CrossModalMAPAtK(_CrossModalRetrieval):
@@ -233,7 +259,10 @@ class CrossModalMAPAtK(_CrossModalRetrieval):
 
     def compute(self) -> dict[str, torch.Tensor]:
         """mAP@k per direction."""
-        return map_from_aps({d: ap for d, (_, ap) in self._scored(self.top_k).items()}, self.top_k)
+        return self._summary({d: ap for d, (_, ap) in self._scored(self.top_k).items()})
+
+    def _summary(self, per_direction: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+        return map_from_aps(dict(per_direction), self.top_k)
 
 
 class CrossModalMRR(_CrossModalRetrieval):
@@ -268,7 +297,10 @@ class CrossModalMRR(_CrossModalRetrieval):
 
     def compute(self) -> dict[str, torch.Tensor]:
         """MRR per direction."""
-        return mrr_from_ranks(self._ranks(), self.top_k)
+        return self._summary(self._ranks())
+
+    def _summary(self, per_direction: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return mrr_from_ranks(per_direction, self.top_k)
 
 
 class CrossModalNormalizedDCG(_CrossModalRetrieval):
@@ -308,8 +340,10 @@ class CrossModalNormalizedDCG(_CrossModalRetrieval):
 
     def compute(self) -> dict[str, torch.Tensor]:
         """nDCG@k per direction."""
-        values = ndcg_directions(*self._rows(), self.directions, self.chunk_size, self.top_k)
-        return ndcg_from_values(values, self.top_k)
+        return self._summary(ndcg_directions(*self._rows(), self.directions, self.chunk_size, self.top_k))
+
+    def _summary(self, per_direction: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return ndcg_from_values(per_direction, self.top_k)
 
 
 # ------------------------------------------------------------------------------------- deprecated old names

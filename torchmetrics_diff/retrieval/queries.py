@@ -4,7 +4,8 @@ Each rank appends its rows (``ignore_index`` rows dropped) to three ``cat`` list
 one collective and groups the rows by query over the global batch, so a query whose documents sit on several ranks
 is scored exactly as on one process. The grouping sorts the rows once by ``(query, -score)`` and every value is a
 vectorised segment reduction (:mod:`torchmetrics_diff.functional._retrieval_queries`); the per-query values are
-then aggregated (``mean`` by default).
+then aggregated (``mean`` by default). A document whose score is NaN has no rank: ``nan_strategy`` (a keyword
+argument of every class) says what it does, applied in ``compute`` to every rank's rows.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed._compile import outside_graph
+from torchmetrics_diff.distributed._compile import compiling, outside_graph
 from torchmetrics_diff.functional import _retrieval_queries as F
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
@@ -39,8 +40,11 @@ _AGGREGATION_ARG = """
         aggregation: how the per-query values reduce: ``"mean"`` (default), ``"median"`` (the lower middle value
             for an even count, as ``torch.median``), ``"min"``, ``"max"``, or a callable ``fn(values, dim=None)``."""
 _KWARGS_ARG = """
-        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments (``compute_on_cpu=True`` keeps the rows
-            off the accelerator)."""
+        kwargs: ``nan_strategy``, what a NaN score does, checked in ``compute`` on every rank's rows: ``"error"``
+            (default) raises a ``ValueError`` with the count, ``"warn"`` drops its document with a warning from
+            ``compute`` giving the count, ``"ignore"`` drops it silently, ``"disable"`` skips the check
+            (torchmetrics' behaviour); infinite scores are ranked. And the :class:`~torchmetrics_diff.Metric`
+            keyword arguments (``compute_on_cpu=True`` keeps the rows off the accelerator)."""
 _TOP_K_ARG = """
         top_k: only each query's ``top_k`` best-scored documents count (a positive int), or ``None`` (default):
             all of them."""
@@ -50,7 +54,8 @@ _RAISES = """
         ValueError: a bad argument (naming it); in ``update``, missing ``indexes``, tensors of different shapes,
             ``indexes`` not int64, no row left after ``ignore_index``, ``preds`` not floating, a ``target`` of
             another dtype than bool, int32/int64 or floating{binary}; in ``compute``, with
-            ``empty_target_action="error"``, a query without a {kind} document."""
+            ``empty_target_action="error"``, a query without a {kind} document, or a NaN score with
+            ``nan_strategy="error"``."""
 _STATES = """
 
     ``preds`` are stored in the metric's dtype (float32 by default, as torchmetrics; float64 after
@@ -97,9 +102,12 @@ class _QueryRetrieval(Metric):
         empty_target_action: str = "neg",
         ignore_index: int | None = None,
         aggregation: Any = "mean",
+        *,
+        nan_strategy: str = "error",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.nan_strategy = F.check_nan_strategy(nan_strategy)
         self.empty_target_action = F.check_empty_target_action(empty_target_action)
         self.ignore_index = F.check_ignore_index(ignore_index)
         self.aggregation = F.check_aggregation(aggregation)
@@ -129,11 +137,27 @@ class _QueryRetrieval(Metric):
         self.target.append(target.to(torch.int64) if self._binary_target else target.to(self.dtype))
 
     def _queries(self) -> F.Queries | None:
-        """Every row seen (every rank's, once synced), grouped by query; ``None`` before any row."""
+        """Every row seen (every rank's, once synced), without the NaN scores ``nan_strategy`` drops, grouped by
+        query; ``None`` before any row (or when none is left)."""
         if not self.preds or not sum(p.numel() for p in self.preds):
             return None
-        preds, target, indexes = dim_zero_cat(self.preds), dim_zero_cat(self.target), dim_zero_cat(self.indexes)
-        return F.group_queries(preds, target, indexes)
+        strategy = self.nan_strategy
+        if strategy == "warn" and self.__dict__.get("_in_batch_value"):
+            strategy = "ignore"  # forward's value of one batch: compute() reports the NaNs of every batch
+        rows = (dim_zero_cat(self.preds), dim_zero_cat(self.target), dim_zero_cat(self.indexes))
+        preds, target, indexes = F.nan_free(*rows, nan_strategy=strategy, owner=type(self).__name__)
+        return F.group_queries(preds, target, indexes) if preds.numel() else None
+
+    def _batch_value(self) -> Any:
+        """``forward``'s value, which drops NaN scores without warning under ``nan_strategy="warn"``."""
+        if compiling():
+            return super()._batch_value()
+        state = self.__dict__
+        state["_in_batch_value"] = True
+        try:
+            return super()._batch_value()
+        finally:
+            state["_in_batch_value"] = False
 
     def _empty(self, q: F.Queries) -> Tensor:
         if self._empty_kind == "non-relevant":
@@ -530,8 +554,8 @@ class RetrievalRecallAtFixedPrecision(RetrievalPrecisionRecallCurve):
             zeros, ``"pos"`` ones, ``"skip"`` nothing, ``"error"`` a ``ValueError`` at ``compute``. Default
             ``"neg"``.
         ignore_index: rows whose ``target`` equals it are dropped at ``update``. Default ``None``.
-        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments, and ``aggregation`` (as
-            :class:`RetrievalPrecisionRecallCurve`'s; default ``"mean"``).
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments, ``aggregation`` and ``nan_strategy``
+            (as :class:`RetrievalPrecisionRecallCurve`'s; defaults ``"mean"`` and ``"error"``).
 
     Raises:
         ValueError: a bad argument (naming it), or a bad batch as for :class:`RetrievalPrecisionRecallCurve`.

@@ -13,6 +13,7 @@ from torchmetrics_diff.wrappers.classwise import ClasswiseWrapper
 from torchmetrics_diff.wrappers.minmax import MinMaxMetric
 from torchmetrics_diff.wrappers.multitask import MultitaskWrapper
 from torchmetrics_diff.wrappers.running import Running, RunningMean, RunningSum
+from torchmetrics_diff.wrappers.synced import Synced
 from torchmetrics_diff.wrappers.tracker import MetricTracker
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "Running",
     "RunningMean",
     "RunningSum",
+    "Synced",
     "WrapperMetric",
 ]

@@ -74,11 +74,39 @@ class ClasswiseWrapper(WrapperMetric):
     def _kwargs_target(self) -> Metric:
         return self.metric
 
-    def _convert(self, value: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _affixes(self) -> tuple[str, str]:
         if self._prefix or self._postfix:
-            prefix, postfix = self._prefix or "", self._postfix or ""
+            return self._prefix or "", self._postfix or ""
+        return f"{type(self.metric).__name__.lower()}_", ""
+
+    def result_keys(self) -> list[str] | None:
+        """The keys of the value, known before any update: from ``labels``, or else from the inner metric's
+        ``num_classes`` (``num_labels`` for a multilabel metric); ``None`` when neither is known.
+
+        A :class:`~torchmetrics_diff.MetricCollection` uses them to give each class a tensor-valued view in
+        ``items()``, so that Lightning's ``self.log_dict(collection)`` logs one value per class.
+
+        Example:
+            >>> from torchmetrics_diff import Accuracy
+            >>> from torchmetrics_diff.wrappers import ClasswiseWrapper
+            >>> ClasswiseWrapper(Accuracy(task="multiclass", num_classes=2, average=None)).result_keys()
+            ['accuracy_0', 'accuracy_1']
+        """
+        if self.labels is not None:
+            names: list[Any] = list(self.labels)
         else:
-            prefix, postfix = f"{type(self.metric).__name__.lower()}_", ""
+            count = next(
+                (n for n in (getattr(self.metric, a, None) for a in ("num_classes", "num_labels")) if _is_count(n)),
+                None,
+            )
+            if count is None:
+                return None
+            names = list(range(count))
+        prefix, postfix = self._affixes()
+        return [f"{prefix}{name}{postfix}" for name in names]
+
+    def _convert(self, value: torch.Tensor) -> dict[str, torch.Tensor]:
+        prefix, postfix = self._affixes()
         names = self.labels if self.labels is not None else range(len(value))
         return {f"{prefix}{name}{postfix}": v for name, v in zip(names, value)}
 
@@ -87,3 +115,7 @@ class ClasswiseWrapper(WrapperMetric):
 
     def _compute_value(self) -> dict[str, torch.Tensor]:
         return self._convert(self.metric.compute())
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

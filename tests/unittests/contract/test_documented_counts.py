@@ -39,6 +39,7 @@ from typing import Any, Callable
 import pytest
 import torch
 
+from tests._helpers.adapter_cases import ADAPTER_STEADY, adapter_situations
 from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
 
@@ -327,6 +328,12 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
                 out = count(f"{name} accumulate({how}) forward {i + 1}", lambda b=b, loss=loss: loss(*b))
                 out.backward()
             count(f"{name} accumulate({how}) exit", lambda block=block: block.__exit__(None, None, None))
+        flat = loss.flat_accumulation([b[0] for b in batches])  # the micro-batches' sums; one finish per step
+        acc = count(f"{name} flat_accumulation enter", flat.__enter__)
+        for i, b in enumerate(batches):
+            count(f"{name} flat_accumulation forward {i + 1}", lambda b=b, loss=loss: loss(*b)).backward()
+        count(f"{name} flat_accumulation finish_step", acc.finish_step)
+        count(f"{name} flat_accumulation exit", lambda flat=flat: flat.__exit__(None, None, None))
 
     # --- the MoE router losses: one layer and three layers in one call
     def router(layers: int) -> tuple:
@@ -338,6 +345,7 @@ def _situations(rank: int, world: int) -> dict[str, list[str]]:
     contrastive("RouterZLoss", RouterZLoss(), lambda: (grad(torch.randn(3, 5, 4, generator=g)),))
     if world == 2:
         _wrapper_situations(rank, g, count)
+        adapter_situations(rank, count)
 
     # --- torchmetrics, for the pages' comparison
     import torchmetrics
@@ -490,6 +498,12 @@ SITUATIONS: dict[str, Any] = {
     "TokenCrossEntropyLoss accumulate(items) exit": 2,
     "TokenCrossEntropyLoss accumulate(total=) enter": 0,
     "TokenCrossEntropyLoss accumulate(total=) exit": 0,
+    "TokenCrossEntropyLoss accumulate(items) forward 2": 1,
+    "TokenCrossEntropyLoss flat_accumulation enter": 0,
+    "TokenCrossEntropyLoss flat_accumulation forward 1": 0,
+    "TokenCrossEntropyLoss flat_accumulation forward 2": 0,
+    "TokenCrossEntropyLoss flat_accumulation finish_step": 1,
+    "TokenCrossEntropyLoss flat_accumulation exit": 1,
     "BarlowTwinsLoss forward 1": 1,
     "BarlowTwinsLoss forward 3": 1,
     "BarlowTwinsLoss forward 1 [all_reduce]": 0,
@@ -625,6 +639,7 @@ GROUPS: dict[str, dict[str, Any]] = {
     "forward dist_sync_on_step": _DSOS,
     "normalized losses": _NORMALIZED,
     "wrappers steady": _WRAPPERS,
+    "adapter steady": ADAPTER_STEADY,
 }
 
 #: Passages of the package's sources (docstrings, comments), quoted, with the keys they state.
