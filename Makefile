@@ -19,7 +19,7 @@ endif
 PIP_SOURCES = $(shell $(PYTHON) -m pip config list 2>/dev/null | grep -E '[.](index-url|extra-index-url|find-links)=')
 TORCH_INDEX ?= $(if $(PIP_SOURCES),,https://download.pytorch.org/whl/cpu)
 
-.PHONY: test test-fast test-slow test-cuda demo docs bench lint clean venv FORCE
+.PHONY: test test-fast test-slow test-cuda test-torchmetrics-oldest demo docs bench lint clean venv FORCE
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,13 @@ test-cuda: $(STAMP)
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then \
 		$(PIP) --no-deps open_clip_torch; fi
 	@PY=$(PY) bash benchmarks/device_check.sh
+
+# the adapter's tests (tests/unittests/adapter) against the oldest torchmetrics it supports, installed without its
+# dependencies into a folder of its own that shadows the venv's torchmetrics for this run only
+TM_OLDEST ?= 1.3.2
+test-torchmetrics-oldest: $(STAMP)
+	$(PIP) --no-deps --upgrade --target $(VENV)/torchmetrics-$(TM_OLDEST) "torchmetrics==$(TM_OLDEST)"
+	PYTHONPATH=$(VENV)/torchmetrics-$(TM_OLDEST) $(PY) -m pytest -q tests/unittests/adapter
 
 demo: $(STAMP)
 	$(VENV)/bin/torchrun --standalone --nproc-per-node=2 examples/train_clip_ddp.py $(ARGS)

@@ -5,8 +5,10 @@ Every contrastive loss has a table from strategy to implementation (:func:`~.str
 ``"replicated"`` and ``"sharded"`` run its block form of ``functional._contrastive`` through
 :func:`~.strategy.rows_loss`, ``"ring"`` its kernel of :mod:`.ring_losses`. Sharded CLIP has its own: it computes
 each global logit once (:func:`clip_sum`: only the texts are gathered, the text-to-image statistics come from
-every rank's partial column log-sum-exps). Barlow Twins (:mod:`.barlow_twins`) all-reduces its sufficient
-statistics, and the normalized losses (:mod:`.normalized`) their sums and counts, whatever the strategy.
+every rank's partial column log-sum-exps). ``"auto"`` is resolved to one of them first
+(:func:`~.strategy.resolve`), and :func:`~.strategy.run` calls the implementation with the pick in the call's
+name. Barlow Twins (:mod:`.barlow_twins`) all-reduces its sufficient statistics, and the normalized losses
+(:mod:`.normalized`) their sums and counts, whatever the strategy.
 
 All views of a sample travel in one collective (packed side by side), so every rank issues the same
 collectives in the same order in forward and backward.
@@ -29,8 +31,11 @@ from torchmetrics_diff._global.strategy import (
     Options,
     check_options,
     checked_together,
+    note_rows,
+    resolve,
     row_start_of,
     rows_loss,
+    run,
     same_width,
     sharded_value,
     strategy_table,
@@ -187,6 +192,7 @@ def _clip_sharded(img: Tensor, txt: Tensor, scale: Scalar, options: Options) -> 
         return _clip_rows(img, txt, scale, options)
     dtype = torch.promote_types(img.dtype, txt.dtype)
     pieces = same_width(gather_all_tensors(txt.to(dtype), options.group, grad="sync"))
+    note_rows(options, [p.shape[0] for p in pieces])
     row_start = row_start_of(pieces, options.group)
     loss_sum = clip_sum(img.to(dtype), torch.cat(pieces), scale, row_start, sharded=True, group=options.group)
     return sharded_value(loss_sum, as_count(img.shape[0], loss_sum), world, options.group, options.grad_reduction)
@@ -237,13 +243,18 @@ _SUPCON = strategy_table(rows=_supcon_rows, ring=ring_supcon_loss)
 _SIGLIP = strategy_table(rows=_siglip_rows, ring=ring_siglip_loss)
 
 
+def _batch(embeddings: Tensor) -> tuple[int, int, int]:
+    """``(rows, width, bytes per element)`` of a rank's embeddings, what ``"auto"`` decides from."""
+    return embeddings.shape[0], embeddings.shape[-1], embeddings.element_size()
+
+
 # ------------------------------------------------------------------------------------------ contrastive losses
 def global_clip_loss(
     image_embeds: Tensor,
     text_embeds: Tensor,
     logit_scale: Scalar,
     *,
-    strategy: str = "sharded",
+    strategy: str = "auto",
     group: Group = None,
     grad_reduction: str = "mean",
     tile: int | None = None,
@@ -267,14 +278,15 @@ def global_clip_loss(
             ``image_embeds``; row i pairs with image row i.
         logit_scale: the multiplier of the similarities (e.g. ``model.logit_scale.exp()``): a number, or a
             floating tensor of one element (0-d or shape ``(1,)``), which gets its gradient.
-        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`,
+        strategy: ``"auto"`` (default: picks one of the others from the global batch and the width, the same
+            on every rank), ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/strategies`,
             :doc:`/guide/ring`).
         group: the process group (default ``None``: the default group). Without an initialised process group,
             or with one rank, the loss of the local rows and no collective.
         grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
             ``"sum"``.
-        tile: with ``"ring"``, candidate columns per logit tile, a positive int (default ``None``: 64); the
-            other strategies ignore it.
+        tile: with ``"ring"`` (chosen, or picked by ``"auto"``), candidate columns per logit tile, a positive int
+            (default ``None``: 64); the other strategies ignore it.
 
     Returns:
         The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
@@ -282,7 +294,7 @@ def global_clip_loss(
 
     Raises:
         ValueError: embeddings that are not floating ``(B, D)`` tensors of one shape, a bad
-            ``logit_scale``, an unknown ``strategy`` or ``grad_reduction``, or (``"ring"``) a bad ``tile``;
+            ``logit_scale``, an unknown ``strategy`` or ``grad_reduction``, or (``"ring"``, ``"auto"``) a bad ``tile``;
             under a process group, on every rank.
 
     Example:
@@ -294,7 +306,8 @@ def global_clip_loss(
         check_views("image_embeds", image_embeds, "text_embeds", text_embeds)
         scale = check_scalar("logit_scale", logit_scale)
         options = check_options(strategy, group, grad_reduction, tile)
-    return _CLIP[options.strategy](image_embeds, text_embeds, scale, options)
+    options = resolve(options, *_batch(image_embeds), key="global_clip_loss")
+    return run(_CLIP, options, image_embeds, text_embeds, scale)
 
 
 def global_info_nce_loss(
@@ -302,7 +315,7 @@ def global_info_nce_loss(
     z2: Tensor,
     temperature: Scalar = 0.1,
     *,
-    strategy: str = "sharded",
+    strategy: str = "auto",
     group: Group = None,
     grad_reduction: str = "mean",
     tile: int | None = None,
@@ -318,14 +331,15 @@ def global_info_nce_loss(
         z2: the second view ``(B, D)``, of the shape, dtype and device of ``z1``; row i is the same sample.
         temperature: the divisor of the similarities, positive: a number or a one-element floating tensor
             (default 0.1).
-        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`,
+        strategy: ``"auto"`` (default: picks one of the others from the global batch and the width, the same
+            on every rank), ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/strategies`,
             :doc:`/guide/ring`).
         group: the process group (default ``None``: the default group). Without an initialised process group,
             or with one rank, the loss of the local rows and no collective.
         grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
             ``"sum"``.
-        tile: with ``"ring"``, candidate columns per logit tile, a positive int (default ``None``: 64); the
-            other strategies ignore it.
+        tile: with ``"ring"`` (chosen, or picked by ``"auto"``), candidate columns per logit tile, a positive int
+            (default ``None``: 64); the other strategies ignore it.
 
     Returns:
         The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
@@ -333,7 +347,7 @@ def global_info_nce_loss(
 
     Raises:
         ValueError: views that are not floating ``(B, D)`` tensors of one shape, a non-positive
-            ``temperature``, an unknown ``strategy`` or ``grad_reduction``, or (``"ring"``) a bad ``tile``;
+            ``temperature``, an unknown ``strategy`` or ``grad_reduction``, or (``"ring"``, ``"auto"``) a bad ``tile``;
             under a process group, on every rank.
 
     Example:
@@ -346,7 +360,8 @@ def global_info_nce_loss(
         check_views("z1", z1, "z2", z2)
         temperature = check_scalar("temperature", temperature, positive=True)
         options = check_options(strategy, group, grad_reduction, tile)
-    return _INFO_NCE[options.strategy](z1, z2, temperature, options)
+    options = resolve(options, *_batch(z1), views=2, key="global_info_nce_loss")
+    return run(_INFO_NCE, options, z1, z2, temperature)
 
 
 def global_supcon_loss(
@@ -354,7 +369,7 @@ def global_supcon_loss(
     labels: Tensor | None = None,
     temperature: Scalar = 0.1,
     *,
-    strategy: str = "sharded",
+    strategy: str = "auto",
     group: Group = None,
     grad_reduction: str = "mean",
     tile: int | None = None,
@@ -371,14 +386,15 @@ def global_supcon_loss(
             views of a sample are its positives). ``None`` on every rank or on none.
         temperature: the divisor of the cosine similarities, positive: a number or a one-element floating
             tensor (default 0.1).
-        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`,
+        strategy: ``"auto"`` (default: picks one of the others from the global batch and the width, the same
+            on every rank), ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/strategies`,
             :doc:`/guide/ring`).
         group: the process group (default ``None``: the default group). Without an initialised process group,
             or with one rank, the loss of the local rows and no collective.
         grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
             ``"sum"``.
-        tile: with ``"ring"``, candidate columns per logit tile, a positive int (default ``None``: 64); the
-            other strategies ignore it.
+        tile: with ``"ring"`` (chosen, or picked by ``"auto"``), candidate columns per logit tile, a positive int
+            (default ``None``: 64); the other strategies ignore it.
 
     Returns:
         The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
@@ -387,7 +403,7 @@ def global_supcon_loss(
     Raises:
         ValueError: ``features`` that is not a floating ``(B, D)`` or ``(B, V, D)`` tensor, ``labels``
             that are not integers of shape ``(B,)``, a non-positive ``temperature``, an unknown ``strategy`` or
-            ``grad_reduction``, or (``"ring"``) a bad ``tile``; under a process group, on every rank.
+            ``grad_reduction``, or (``"ring"``, ``"auto"``) a bad ``tile``; under a process group, on every rank.
         RuntimeError: ``labels`` given on some ranks and ``None`` on others (raised on every rank).
 
     Example:
@@ -402,7 +418,9 @@ def global_supcon_loss(
         if labels is not None:
             check_labels("labels", labels, features.shape[0])
         options = check_options(strategy, group, grad_reduction, tile)
-    return _SUPCON[options.strategy](features, labels, temperature, options)
+    views = features.shape[1] if features.ndim == 3 else 1
+    options = resolve(options, *_batch(features), views=views, key="global_supcon_loss")
+    return run(_SUPCON, options, features, labels, temperature)
 
 
 def global_siglip_loss(
@@ -411,7 +429,7 @@ def global_siglip_loss(
     logit_scale: Scalar,
     logit_bias: Scalar,
     *,
-    strategy: str = "sharded",
+    strategy: str = "auto",
     group: Group = None,
     grad_reduction: str = "mean",
     tile: int | None = None,
@@ -431,14 +449,15 @@ def global_siglip_loss(
         logit_scale: the multiplier of the similarities (e.g. ``model.logit_scale.exp()``): a number or a
             one-element floating tensor, which gets its gradient.
         logit_bias: the bias added to every logit: a number or a one-element floating tensor.
-        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/strategies`,
+        strategy: ``"auto"`` (default: picks one of the others from the global batch and the width, the same
+            on every rank), ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/strategies`,
             :doc:`/guide/ring`).
         group: the process group (default ``None``: the default group). Without an initialised process group,
             or with one rank, the loss of the local rows and no collective.
         grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
             ``"sum"``.
-        tile: with ``"ring"``, candidate columns per logit tile, a positive int (default ``None``: 64); the
-            other strategies ignore it.
+        tile: with ``"ring"`` (chosen, or picked by ``"auto"``), candidate columns per logit tile, a positive int
+            (default ``None``: 64); the other strategies ignore it.
 
     Returns:
         The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
@@ -446,8 +465,8 @@ def global_siglip_loss(
 
     Raises:
         ValueError: embeddings that are not floating ``(B, D)`` tensors of one shape, a bad
-            ``logit_scale`` or ``logit_bias``, an unknown ``strategy`` or ``grad_reduction``, or (``"ring"``) a
-            bad ``tile``; under a process group, on every rank.
+            ``logit_scale`` or ``logit_bias``, an unknown ``strategy`` or ``grad_reduction``, or (``"ring"``,
+            ``"auto"``) a bad ``tile``; under a process group, on every rank.
 
     Example:
         >>> import torch
@@ -459,4 +478,5 @@ def global_siglip_loss(
         scale = check_scalar("logit_scale", logit_scale)
         bias = check_scalar("logit_bias", logit_bias)
         options = check_options(strategy, group, grad_reduction, tile)
-    return _SIGLIP[options.strategy](image_embeds, text_embeds, scale, bias, options)
+    options = resolve(options, *_batch(image_embeds), key="global_siglip_loss")
+    return run(_SIGLIP, options, image_embeds, text_embeds, scale, bias)

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from torchmetrics_diff._global.strategy import Options, sharded_value
+from torchmetrics_diff._global.strategy import Options, note_rows, sharded_value
 from torchmetrics_diff.distributed import all_gather_cat
 from torchmetrics_diff.distributed._backend import Group, dtype_code, dtype_from_code
 from torchmetrics_diff.distributed._call import call_name, exchange
@@ -405,6 +405,7 @@ def ring_clip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Scala
         scale_t = as_scale(logit_scale, img)
         wants = needs_grad(img, txt, scale_t)
         plan = _plan(options.group, txt, options.tile, wants)
+        note_rows(options, plan.rows)
         # half precision: the diagonal's gradient goes inside G, whose diagonal entries are then small (rounding
         # p + q - 2 rather than p + q to half precision); float32 and float64 keep it outside, in autograd
         fold = wants and dtype in HALF
@@ -432,6 +433,7 @@ def ring_siglip_loss(
         scale_t, bias_t = as_scale(logit_scale, img), as_scale(logit_bias, img)
         wants = needs_grad(img, txt, scale_t, bias_t)
         plan = _plan(options.group, txt, options.tile, wants)
+        note_rows(options, plan.rows)
         fold = wants and dtype in HALF  # the diagonal's gradient inside G, as in ring_clip_loss
         if wants:
             negatives = _RingSigmoid.apply(img, txt, scale_t, bias_t, plan, fold)
@@ -459,6 +461,7 @@ def ring_info_nce_loss(z1: Tensor, z2: Tensor, temperature: Scalar, options: Opt
         z = unit_rows(torch.cat([z1, z2.to(z1.dtype)])).to(dtype)  # this rank's 2n candidates: view 1, then view 2
         scale_t = as_scale(reciprocal(temperature), z)
         plan = _plan(options.group, z, options.tile, needs_grad(z, scale_t))
+        note_rows(options, plan.rows, views=2)  # (both views of a sample travel in its rank's block)
         # class of a candidate = its global sample index; the other view is an anchor's only positive
         cls_all = _sample_of_candidates(plan.rows, z.device)
         weight = torch.ones(2 * n, dtype=acc_dtype(z.dtype), device=z.device)
@@ -503,6 +506,7 @@ def _ring_supcon(z: Tensor, n: int, views: int, labels: Tensor | None, temperatu
     scale_t = as_scale(reciprocal(temperature), z)
     extra = [("views per sample", views), ("whether labels are given", int(labels is not None))]
     plan = _plan(options.group, z, options.tile, needs_grad(z, scale_t), extra)
+    note_rows(options, plan.rows, views=views)
     if labels is None:
         labels_all = torch.arange(sum(plan.rows) // views, device=z.device)
     elif plan.ring.size == 1:

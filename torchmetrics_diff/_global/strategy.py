@@ -14,11 +14,14 @@ FSDP, DeepSpeed) or sums them (``"sum"``), equals that of one process on the glo
 - ``"ring"``: the candidate blocks travel around the ranks and the logits exist one tile at a time
   (:mod:`.ring_losses`): per-rank memory independent of the number of ranks.
 
-This module holds what they share: the table of strategies and the checks of the options
-(:func:`check_options`, used by the functions and by the loss classes), :func:`checked_together` (a bad input
-on one rank raises on every rank), the packing of several views into one collective, the replicated and
-sharded runs of a row-decomposable loss (:func:`global_rows_loss`) and the global value whose gradient is
-this rank's share (:func:`sharded_value`, :func:`global_normalized`).
+``"auto"`` (the default) picks one of the three per call from the global batch and the width
+(:func:`auto_strategy`, :func:`resolve`), identically on every rank.
+
+This module holds what they share: the table of strategies, the checks of the options
+(:func:`check_options`, used by the functions and by the loss classes), ``"auto"``'s choice,
+:func:`checked_together` (a bad input on one rank raises on every rank), the packing of several views into one
+collective, the replicated and sharded runs of a row-decomposable loss (:func:`global_rows_loss`) and the global
+value whose gradient is this rank's share (:func:`sharded_value`, :func:`global_normalized`).
 """
 
 from __future__ import annotations
@@ -26,21 +29,23 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, NamedTuple, cast
+from typing import Any, Callable, NamedTuple, cast
 
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed import all_reduce, gather_all_tensors
+from torchmetrics_diff.distributed import all_reduce, gather_all_tensors, get_checks
 from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
-from torchmetrics_diff.distributed._call import CONTEXT
+from torchmetrics_diff.distributed._call import CONTEXT, derived, exchange
 from torchmetrics_diff.distributed._collectives import fail_together
-from torchmetrics_diff.distributed._compile import outside_graph, sum_across_ranks
+from torchmetrics_diff.distributed._compile import compiling, outside_graph, sum_across_ranks
 from torchmetrics_diff.distributed._failure import RanksDisagreeError
 from torchmetrics_diff.functional._checks import check_choice, safe_divide
 
-STRATEGIES = ("replicated", "sharded", "ring")
+#: the accepted values of ``strategy``: ``"auto"`` (the default) picks one of the others per call
+STRATEGIES = ("auto", "replicated", "sharded", "ring")
+FIXED_STRATEGIES = STRATEGIES[1:]
 GRAD_REDUCTIONS = ("mean", "sum")
 
 #: candidate columns per logit tile of the ring strategy: small, so that the tiles (two per step in backward)
@@ -55,14 +60,20 @@ Block = Callable[[Sequence[Tensor], Sequence[Tensor], int], "tuple[Tensor, Tenso
 class Options(NamedTuple):
     """The checked options of one global loss call (see :func:`check_options`)."""
 
-    strategy: str
+    strategy: str  # ``"auto"`` until :func:`resolve` picks one of FIXED_STRATEGIES
     group: Group
     grad_reduction: str
     tile: int  # candidate columns per logit tile; used by ``"ring"`` only
+    auto: AutoChoice | None = None  # with ``"auto"``: what it remembers between calls (see :class:`AutoChoice`)
 
 
 def check_strategy(strategy: object) -> str:
-    """``strategy`` if it is one of :data:`STRATEGIES`, else a ``ValueError`` naming it."""
+    """``strategy`` if it is one of :data:`STRATEGIES`, else a ``ValueError`` naming it.
+
+    An :class:`AutoChoice` (a loss's memory of its ``"auto"`` choices, passed by the loss classes) is ``"auto"``.
+    """
+    if isinstance(strategy, AutoChoice):
+        return "auto"
     return check_choice("strategy", strategy, STRATEGIES)
 
 
@@ -90,15 +101,17 @@ def check_tile(tile: object) -> int:
 
 
 def check_options(strategy: object, group: Group, grad_reduction: object, tile: object) -> Options:
-    """The options of a global loss call, checked; ``tile`` is read (and checked) only by ``"ring"``.
+    """The options of a global loss call, checked; ``tile`` is read (and checked) by ``"ring"`` and ``"auto"``.
 
     Example:
         >>> check_options("ring", None, "mean", None)
-        Options(strategy='ring', group=None, grad_reduction='mean', tile=64)
+        Options(strategy='ring', group=None, grad_reduction='mean', tile=64, auto=None)
     """
-    strategy = check_strategy(strategy)
+    memory = strategy if isinstance(strategy, AutoChoice) else None
+    name = check_strategy(strategy)
     grad_reduction = check_grad_reduction(grad_reduction)
-    return Options(strategy, group, grad_reduction, check_tile(tile) if strategy == "ring" else DEFAULT_TILE)
+    checked_tile = check_tile(tile) if name in ("ring", "auto") else DEFAULT_TILE
+    return Options(name, group, grad_reduction, checked_tile, memory)
 
 
 def strategy_table(
@@ -110,6 +123,145 @@ def strategy_table(
     kernel runs eagerly behind one graph break under ``torch.compile`` (its schedule is host-side).
     """
     return {"replicated": rows, "sharded": rows if sharded is None else sharded, "ring": outside_graph(ring)}
+
+
+# ------------------------------------------------------------------------------------------------------ auto
+#: ``"auto"``'s crossover from ``"replicated"`` to ``"sharded"``, fitted to the grid of ``benchmarks/bench_strategy.py``
+#: (``make bench``; W = 2 and 3 gloo ranks on a 2-core CPU, CLIP, 16 to 1536 rows, widths 64 to 1024; the grid is in
+#: docs/guide/strategies.rst). Sharding takes ``(N - B_max) · N`` logits off the slowest rank (N candidates, B_max
+#: the largest rank's anchors), each worth ``D + AUTO_LOGIT_COST`` multiply-adds (the similarity, then the
+#: elementwise passes: exp, log-sum-exp, the gradient), and costs more collectives (one more in forward, the
+#: reduce-scatter in backward), whose time grows with the peers waited for: it pays once the work it saves reaches
+#: ``AUTO_SHARDED_MIN_WORK · (W - 1)`` multiply-adds.
+AUTO_LOGIT_COST = 128
+AUTO_SHARDED_MIN_WORK = 25_000_000
+#: ``"auto"`` picks ``"ring"`` when the picked strategy's logits and their gradient (8 bytes per logit at float32 and
+#: below, 16 at float64) would take more than this many bytes on the slowest rank: ``N × N`` replicated,
+#: ``B_max × N`` sharded. Read at every choice: a program may set it (on every rank alike) before its calls.
+AUTO_MEMORY_BYTES = 1 << 30
+
+
+def auto_strategy(total: int, largest: int, width: int, world: int, itemsize: int = 4, views: int = 1) -> str:
+    """The strategy ``"auto"`` picks for a global batch (the rule of :doc:`/guide/strategies`).
+
+    ``"sharded"`` when the work it takes off the slowest rank reaches :data:`AUTO_SHARDED_MIN_WORK` per peer, else
+    ``"replicated"``; then the smaller of the two (or ``"ring"``) when the logits would not fit
+    :data:`AUTO_MEMORY_BYTES`. With one rank ``"replicated"`` (all three compute the plain loss), or ``"ring"``
+    for its tiles when the ``N × N`` logits would not fit.
+
+    Args:
+        total: rows of every rank (samples), ``N / views``.
+        largest: rows of the largest rank.
+        width: the embedding width ``D``.
+        world: the number of ranks ``W``.
+        itemsize: bytes per element of the embeddings.
+        views: anchors per sample (InfoNCE: 2; SupCon: its views).
+
+    Example:
+        >>> auto_strategy(64, 32, 512, 2), auto_strategy(2048, 1024, 512, 2), auto_strategy(2**16, 2**15, 64, 2)
+        ('replicated', 'sharded', 'ring')
+    """
+    n, b = views * total, views * largest  # candidates, and the anchors of the largest rank
+    per_logit = 2 * max(itemsize, 4)  # a logit and its gradient, in the accumulation dtype (float32 at least)
+    saved = (n - b) * n * (width + AUTO_LOGIT_COST)
+    pick = "sharded" if world > 1 and saved >= AUTO_SHARDED_MIN_WORK * (world - 1) else "replicated"
+    if pick == "replicated" and n * n * per_logit > AUTO_MEMORY_BYTES:
+        pick = "sharded" if world > 1 else "ring"
+    if pick == "sharded" and b * n * per_logit > AUTO_MEMORY_BYTES:
+        pick = "ring"
+    return pick
+
+
+class AutoChoice:
+    """What ``strategy="auto"`` knows of the global batch: the same on every rank, by construction.
+
+    The global rows (``total``, ``largest``), the width and the element size of the last call, as its collectives
+    showed them to every rank (the first call exchanges them in the call's header, once); and the strategy picked
+    (``last``). A call decides from the previous call's global batch, so the choice costs no collective in the
+    steady state; a batch that changes size changes the choice from the next call on. A loss class holds one
+    (``last_strategy``); a ``global_*`` function called with ``"auto"`` keeps one per function and process group.
+    Under ``torch.compile`` it keeps the first call's global batch (a changing choice would recompile).
+
+    A plain object with plain attributes: ``torch.compile`` reads them as constants.
+    """
+
+    def __init__(self) -> None:
+        self.total = -1  # rows of every rank; -1 before the first call
+        self.largest = 0
+        self.width = 0
+        self.itemsize = 0
+        self.last: str | None = None  # the strategy picked for the last call
+        self.call = (0, 0)  # this call's width and element size, noted with its rows once the ranks agreed on them
+
+    def note(self, rows: Sequence[int]) -> None:
+        """The rows of every rank at this call (after its checks passed on every rank), for the next call."""
+        if not compiling():
+            self.total, self.largest = sum(rows), max(rows, default=0)
+            self.width, self.itemsize = self.call
+
+
+def note_rows(options: Options, rows: Sequence[int], views: int = 1) -> None:
+    """With ``"auto"``, note every rank's rows (``views`` candidate rows per sample) for the next call's choice."""
+    if options.auto is not None:
+        options.auto.note([r // views for r in rows])
+
+
+def resolve(options: Options, rows: int, width: int, itemsize: int, views: int = 1, key: str = "") -> Options:
+    """``options`` with ``"auto"`` replaced by its pick for this call (explicit strategies unchanged).
+
+    The pick follows from values every rank agrees on (:class:`AutoChoice`): the previous call's global batch, or
+    at the first call every rank's ``(rows, width, itemsize)`` from one header exchange (with the checks
+    ``"off"``, :func:`~torchmetrics_diff.distributed.set_checks`, which exchange no headers: ``"sharded"`` at the
+    first call). Call it after the call's input checks (:func:`checked_together`), before its first collective.
+
+    Args:
+        options: the checked options; ``options.auto`` is the loss's memory, ``None`` for a function's call.
+        rows: this rank's samples; ``width``, ``itemsize``: its embeddings' width and bytes per element.
+        views: anchors per sample (see :func:`auto_strategy`).
+        key: the function's name: a function's calls remember their batch per name and process group.
+    """
+    if options.strategy != "auto":
+        return options
+    world = group_size(options.group)
+    memory = options.auto
+    if world == 1:
+        pick = auto_strategy(rows, rows, width, 1, itemsize, views)
+    else:
+        if memory is None:
+            memory = derived(options.group).setdefault(f"auto strategy: {key}", AutoChoice())
+        if memory.total < 0 and get_checks(options.group) == "off":
+            # no header exchange to carry the rows (and a fixed-metadata mode): a fixed first pick, then the batch
+            # its gather shows to every rank
+            pick = "sharded"
+        else:
+            if memory.total < 0:
+                _agree(memory, [rows, width, itemsize], options.group, world)
+            pick = auto_strategy(memory.total, memory.largest, memory.width, world, memory.itemsize, views)
+    if memory is not None:
+        memory.last, memory.call = pick, (width, itemsize)
+    return options._replace(strategy=pick, auto=memory)
+
+
+@outside_graph  # host values of every rank: one graph break, at the first call only
+def _agree(memory: AutoChoice, mine: list[int], group: Group, world: int) -> None:
+    """The first call's global batch, from every rank's ``[rows, width, itemsize]`` (one header exchange)."""
+    rows, widths, sizes = zip(*exchange("auto strategy", mine, group, world))
+    memory.total, memory.largest, memory.width, memory.itemsize = sum(rows), max(rows), max(widths), max(sizes)
+
+
+def run(table: dict[str, Callable[..., Tensor]], options: Options, *inputs: Any) -> Tensor:
+    """``table[strategy](*inputs, options)``, with the strategy in the name of the call's collectives.
+
+    Inside a loss's call (``"CLIPLoss.forward"``) the header every rank exchanges names the strategy too
+    (``"CLIPLoss.forward: sharded: gather_all_tensors"``), so ranks that picked different strategies raise the
+    error of ranks in different calls on every rank, naming them, before any data moves.
+    """
+    entry = CONTEXT.entry
+    if entry:
+        CONTEXT.entry = f"{entry}: {options.strategy}"
+    loss = table[options.strategy](*inputs, options)
+    CONTEXT.entry = entry
+    return loss
 
 
 @contextmanager
@@ -166,7 +318,7 @@ def global_rows_loss(
     views: Sequence[Tensor],
     block: Block,
     *,
-    strategy: str = "sharded",
+    strategy: str = "auto",
     group: Group = None,
     grad_reduction: str = "mean",
     candidates: Sequence[int] | None = None,
@@ -182,8 +334,9 @@ def global_rows_loss(
             anchors of rows ``[row_start, row_start + n)`` against all ``N`` global rows, and their count, two
             0-d tensors; ``local_views`` are this rank's tensors (with their graph), ``all_views`` every rank's
             rows ``(N, ...)`` in rank order.
-        strategy: ``"sharded"`` (default) or ``"replicated"`` (see :doc:`/guide/strategies`); ``"ring"`` needs
-            a ring kernel and is refused here.
+        strategy: ``"auto"`` (default: ``"replicated"`` or ``"sharded"``, picked from the global batch and the
+            width of the views, the same on every rank), ``"sharded"`` or ``"replicated"`` (see
+            :doc:`/guide/strategies`); ``"ring"`` needs a ring kernel and is refused here.
         group: the process group (default ``None``: the default group).
         grad_reduction: ``"mean"`` (default) when the trainer averages gradients over ranks (DDP), ``"sum"``
             otherwise.
@@ -210,7 +363,15 @@ def global_rows_loss(
         options = check_options(strategy, group, grad_reduction, None)
         if strategy == "ring":
             raise ValueError("`strategy` 'ring' needs a ring kernel (CLIP, InfoNCE, SupCon, SigLIP); not for a block")
-    return rows_loss(views, block, options, candidates)
+    if options.strategy == "auto":
+        like = views[0]
+        width = sum(int(torch.Size(v.shape[1:]).numel()) for v in views)
+        options = resolve(options, like.shape[0], width, like.element_size(), key="global_rows_loss")
+        if options.strategy == "ring":  # (over the memory budget: the smaller of the two)
+            options = options._replace(strategy="sharded")
+            if options.auto is not None:
+                options.auto.last = "sharded"
+    return run(_ROWS_BY_STRATEGY, options, views, block, candidates)
 
 
 def rows_loss(
@@ -230,7 +391,9 @@ def _replicated_rows(
     # Every rank computes the whole loss, so a parameter used in it directly (a logit scale) already has its
     # full gradient on every rank, and the local slot has 1/W of its share after averaging. Scale the slot by W,
     # and under summed gradients scale the whole loss's gradient by 1/W.
-    every = torch.cat(same_width(gather_all_tensors(scale_grad(packed, world), options.group, grad="local")))
+    pieces = same_width(gather_all_tensors(scale_grad(packed, world), options.group, grad="local"))
+    note_rows(options, [p.shape[0] for p in pieces])
+    every = torch.cat(pieces)
     all_views = unpack(every, trailing)
     loss = safe_divide(*block(all_views, all_views, 0))
     return loss if options.grad_reduction == "mean" else scale_grad(loss, 1 / world)
@@ -242,6 +405,7 @@ def _sharded_rows(
     needed = range(len(views)) if candidates is None else candidates
     packed, trailing = pack([views[i] for i in needed])
     pieces = same_width(gather_all_tensors(packed, options.group, grad="sync"))
+    note_rows(options, [p.shape[0] for p in pieces])
     all_views: list[Tensor | None] = [None] * len(views)
     for i, gathered in zip(needed, unpack(torch.cat(pieces), trailing)):
         all_views[i] = gathered
@@ -251,6 +415,13 @@ def _sharded_rows(
 
 
 _ROWS = {"replicated": _replicated_rows, "sharded": _sharded_rows}
+
+
+def _rows_last(views: Sequence[Tensor], block: Block, candidates: Sequence[int] | None, options: Options) -> Tensor:
+    return rows_loss(views, block, options, candidates)  # (the options last, as :func:`run` passes them)
+
+
+_ROWS_BY_STRATEGY = dict.fromkeys(_ROWS, _rows_last)
 
 
 # -------------------------------------------------------------------------------------------- global values

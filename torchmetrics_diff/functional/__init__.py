@@ -2,7 +2,8 @@
 
 ``clip_loss``, ``info_nce_loss``, ... take the *already global* tensors (one process, or tensors you gathered
 yourself); ``*_block`` forms score a block of rows; ``global_*`` forms take each rank's local rows and return the
-global-batch loss with the gradient contract (``strategy="replicated" | "sharded" | "ring"``, :data:`STRATEGIES`).
+global-batch loss with the gradient contract (``strategy="auto" | "replicated" | "sharded" | "ring"``,
+:data:`STRATEGIES`; ``"auto"``, the default, picks one of the others per call).
 ``clip_sum`` is the one-pass CLIP kernel (each logit computed once, across ranks) that ``global_clip_loss`` runs.
 
 This package is the functional layer: its modules import nothing of the package outside ``functional/``

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from torchmetrics_diff._batch_step import record_step
-from torchmetrics_diff._global.strategy import check_strategy, check_tile, checked_together
+from torchmetrics_diff._global.strategy import AutoChoice, check_strategy, check_tile, checked_together
 from torchmetrics_diff.distributed._call import enter, fresh_count, leave
 from torchmetrics_diff.metric import Metric
 
@@ -77,18 +77,22 @@ class GlobalBatchLoss(Metric):
     receives the call's inputs by name (the tensors of this rank) and ``sync``: ``True`` when the call must
     return the loss of every rank's rows (``dist_sync_on_step`` and a process group of more than one rank), in
     which case it calls a ``global_*`` function of :mod:`torchmetrics_diff.functional` (or
-    :func:`~torchmetrics_diff.functional.global_rows_loss`) with ``strategy=self.strategy``,
-    ``group=self.process_group`` and ``grad_reduction=self.grad_reduction``; ``False``: the plain loss of the
+    :func:`~torchmetrics_diff.functional.global_rows_loss`) with ``**self._options()`` (the strategy, with
+    ``"auto"``'s memory of the global batch, ``group=self.process_group``, ``grad_reduction=self.grad_reduction``
+    and the ring's ``tile``); ``False``: the plain loss of the
     local rows. It returns the loss as a 0-d floating tensor with its graph. The inherited :meth:`forward` and
     :meth:`update` take the arguments of ``_loss`` (without ``sync``), record the value and, in ``forward``,
     return it. The package's losses also override ``forward`` and
     ``update`` to give them their real signatures and docstrings.
 
     Args:
-        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (see :doc:`/guide/strategies`,
-            :doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (default ``None``: 64); it bounds the logits a
-            rank holds at a time to (B, tile). Must be a positive int or ``None``.
+        strategy: ``"auto"`` (default: picks ``"replicated"``, ``"sharded"`` or ``"ring"`` per call from the
+            global batch and the width, the same on every rank; :attr:`last_strategy` says which),
+            ``"replicated"``, ``"sharded"`` or ``"ring"`` (see :doc:`/guide/strategies`, :doc:`/guide/ring`).
+            Losses that all-reduce sums (Barlow Twins, the normalized losses) have no strategy and ignore it.
+        tile: with ``"ring"`` (chosen, or picked by ``"auto"``), candidate columns per logit tile (default
+            ``None``: 64); it bounds the logits a rank holds at a time to (B, tile). Must be a positive int or
+            ``None``.
         dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
             plain local loss.
         kwargs: the other :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``,
@@ -128,12 +132,13 @@ class GlobalBatchLoss(Metric):
     )
 
     def __init__(
-        self, *, strategy: str = "sharded", tile: int | None = None, dist_sync_on_step: bool = True, **kwargs: Any
+        self, *, strategy: str = "auto", tile: int | None = None, dist_sync_on_step: bool = True, **kwargs: Any
     ) -> None:
         super().__init__(dist_sync_on_step=dist_sync_on_step, **kwargs)
         self.strategy = check_strategy(strategy)
         check_tile(tile)
         self.tile = tile
+        self._auto = AutoChoice()  # what "auto" knows of the global batch (the same on every rank)
         self.add_state("loss_total", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("steps", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self._value_dtype = torch.float32  # the widest value returned (see note_value_dtype)
@@ -142,9 +147,27 @@ class GlobalBatchLoss(Metric):
     def _loss(self, *args: Any, sync: bool, **kwargs: Any) -> Tensor:
         raise NotImplementedError
 
+    @property
+    def last_strategy(self) -> str | None:
+        """The strategy of the last call that computed the global loss, the same on every rank (for logging).
+
+        The fixed ``strategy`` itself, or what ``"auto"`` picked; ``None`` before its first such call.
+
+        Example:
+            >>> import torch
+            >>> from torchmetrics_diff.losses import CLIPLoss
+            >>> loss = CLIPLoss()
+            >>> _ = loss(torch.eye(2), torch.eye(2), 1.0)
+            >>> loss.last_strategy  # one process, two rows
+            'replicated'
+        """
+        return self._auto.last if self.strategy == "auto" else self.strategy
+
     def _options(self) -> dict[str, Any]:
-        ring = {"tile": self.tile} if self.strategy == "ring" else {}
-        return {"strategy": self.strategy, "group": self.process_group, "grad_reduction": self.grad_reduction, **ring}
+        # the tile where the ring may run; left out by default, so that global_rows_loss (no ring) takes these too
+        ring = {"tile": self.tile} if self.strategy == "ring" or self.tile is not None else {}
+        strategy = self._auto if self.strategy == "auto" else self.strategy
+        return {"strategy": strategy, "group": self.process_group, "grad_reduction": self.grad_reduction, **ring}
 
     def _record(self, value: Tensor) -> None:
         self.loss_total = self.loss_total + value.detach().to(self.loss_total.dtype)

@@ -28,9 +28,12 @@ class CLIPLoss(GlobalBatchLoss):
     over the ``N`` rows of every rank, with ``s`` the ``logit_scale`` given per call.
 
     Args:
-        strategy: ``"sharded"`` (default: each rank scores its own rows against all), ``"replicated"`` or
-            ``"ring"`` (the candidate blocks travel around the ranks; :doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        strategy: ``"auto"`` (default: picks one of the others per call from the global batch and the width, see
+            :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"`` (each rank scores its
+            own rows against all), ``"replicated"`` or
+            ``"ring"`` (the candidate blocks travel around the ranks; :doc:`/guide/ring`); see
+            :doc:`/guide/strategies`.
+        tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
         dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
             plain local loss.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
@@ -94,8 +97,10 @@ class InfoNCELoss(GlobalBatchLoss):
 
     Args:
         temperature: ``τ``, a finite positive number. Default ``0.1``.
-        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        strategy: ``"auto"`` (default: picks one of the others per call, see
+            :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"``, ``"replicated"`` or
+            ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
+        tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
             ``process_group``, ``grad_reduction``...).
 
@@ -152,8 +157,10 @@ class SupConLoss(GlobalBatchLoss):
 
     Args:
         temperature: ``τ``, a finite positive number. Default ``0.1``.
-        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        strategy: ``"auto"`` (default: picks one of the others per call, see
+            :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"``, ``"replicated"`` or
+            ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
+        tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
             ``process_group``, ``grad_reduction``...).
 
@@ -213,8 +220,10 @@ class SigLIPLoss(GlobalBatchLoss):
     with ``t = logit_scale`` and ``b = logit_bias`` given per call, over the ``N`` rows of every rank.
 
     Args:
-        strategy: ``"sharded"`` (default), ``"replicated"`` or ``"ring"`` (:doc:`/guide/ring`).
-        tile: with ``"ring"``, candidate columns per logit tile (``None``: 64). Default ``None``.
+        strategy: ``"auto"`` (default: picks one of the others per call, see
+            :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"``, ``"replicated"`` or
+            ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
+        tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
         dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
             plain local loss.
         kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).

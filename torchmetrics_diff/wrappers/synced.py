@@ -67,7 +67,7 @@ def torchmetrics_module() -> Any:
     except ModuleNotFoundError as err:  # pragma: no cover - torchmetrics is a test dependency
         raise ModuleNotFoundError(
             f"Synced adapts torchmetrics metrics and needs torchmetrics{SUPPORTED_TORCHMETRICS}: "
-            f"pip install 'torchmetrics{SUPPORTED_TORCHMETRICS}'"
+            "install a torchmetrics release in that range"
         ) from err
     from packaging.version import InvalidVersion, Version
 
@@ -80,7 +80,7 @@ def torchmetrics_module() -> Any:
         raise ImportError(
             f"Synced supports torchmetrics{SUPPORTED_TORCHMETRICS}; torchmetrics {installed} is installed. Its "
             "Metric internals (state registry, wrapped update/compute) are not known to this torchmetrics_diff: "
-            f"install a supported torchmetrics (pip install 'torchmetrics{SUPPORTED_TORCHMETRICS}')"
+            f"install a torchmetrics release in {SUPPORTED_TORCHMETRICS}"
         )
     return torchmetrics
 

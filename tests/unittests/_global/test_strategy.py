@@ -17,6 +17,7 @@ from torch import Tensor
 from tests._helpers.harness import run_distributed
 from torchmetrics_diff._global.strategy import (
     DEFAULT_TILE,
+    FIXED_STRATEGIES,
     GRAD_REDUCTIONS,
     Options,
     check_options,
@@ -40,8 +41,9 @@ BAD_RANK = 1
 
 
 # ------------------------------------------------------------------------------------------- table and checks
-def test_the_strategies_are_replicated_sharded_and_ring() -> None:
-    assert STRATEGIES == ("replicated", "sharded", "ring")
+def test_the_strategies_are_auto_replicated_sharded_and_ring() -> None:
+    assert STRATEGIES == ("auto", "replicated", "sharded", "ring")
+    assert FIXED_STRATEGIES == ("replicated", "sharded", "ring")
     assert GRAD_REDUCTIONS == ("mean", "sum")
 
 
@@ -56,16 +58,16 @@ def test_strategy_table_has_one_implementation_per_strategy() -> None:
         return "ring"
 
     table = strategy_table(rows=rows, ring=ring)
-    assert tuple(table) == STRATEGIES
-    assert [table[s]() for s in STRATEGIES] == ["rows", "rows", "ring"]
+    assert tuple(table) == FIXED_STRATEGIES  # ("auto" resolves to one of them before the table is read)
+    assert [table[s]() for s in FIXED_STRATEGIES] == ["rows", "rows", "ring"]
     own = strategy_table(rows=rows, ring=ring, sharded=sharded)
-    assert [own[s]() for s in STRATEGIES] == ["rows", "sharded", "ring"]
+    assert [own[s]() for s in FIXED_STRATEGIES] == ["rows", "sharded", "ring"]
 
 
 @pytest.mark.parametrize(
     ("call", "needles"),
     [
-        (lambda: check_strategy("shard"), ["`strategy`", "('replicated', 'sharded', 'ring')", "'shard'"]),
+        (lambda: check_strategy("shard"), ["`strategy`", "('auto', 'replicated', 'sharded', 'ring')", "'shard'"]),
         (lambda: check_strategy(None), ["`strategy`", "'ring'", "None"]),
         (lambda: check_options("sharded", None, "avg", None), ["`grad_reduction`", "('mean', 'sum')", "'avg'"]),
         (lambda: check_options("ring", None, "mean", 0), ["`tile`", "positive integer", "0"]),
