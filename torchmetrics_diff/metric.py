@@ -11,6 +11,20 @@ states into the accumulated ones. Nothing a step does depends on how many steps 
 their hooks are the batch-step protocol of ``torchmetrics_diff._batch_step``; what ``torch.compile`` needs of
 the class is in ``torchmetrics_diff._dynamo``.
 
+This module holds the class itself: its constructor, the lifecycle (``update``, ``compute``, ``forward``,
+``merge_state``, ``reset``), the methods that return a metric (``clone``, ``set_dtype``) and the operators'
+types. The rest of ``Metric``'s methods come from private base classes, each in a module of its own, one job
+each (a base cannot name ``Metric`` in a signature: it would import this module):
+
+- ``_MetricStates`` (``torchmetrics_diff._metric_states``): the state registry (``add_state``, ``metric_state``,
+  the update count, the device and dtype);
+- ``_MetricSyncing`` (``torchmetrics_diff._metric_syncing``): ``sync``, ``unsync``, ``sync_context`` and whether
+  a sync has anything to do;
+- ``_MetricPersistence`` (``torchmetrics_diff._metric_persistence``): ``state_dict``, pickling, deep copies and
+  device moves;
+- ``_MetricDisplay`` (``torchmetrics_diff._metric_display``): ``repr`` and ``plot``;
+- ``_MetricBatchSteps`` (``torchmetrics_diff._batch_step``): the hooks of ``forward``'s batch step.
+
 The arithmetic and comparison operators of :class:`Metric` (and ``metric[idx]``) are defined in
 :mod:`torchmetrics_diff.composition`, next to the :class:`~torchmetrics_diff.CompositionalMetric` they build.
 """
@@ -21,7 +35,6 @@ import inspect
 import sys
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
 from copy import deepcopy
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -39,12 +52,15 @@ from torchmetrics_diff._dynamo import (
     steps_outside_graph,
     wrap_lifecycle,
 )
-from torchmetrics_diff._metric_sync import SyncSpec, gather_each, sync_metric_states
+from torchmetrics_diff._metric_display import _MetricDisplay
+from torchmetrics_diff._metric_persistence import _MetricPersistence
+from torchmetrics_diff._metric_states import _MetricStates
+from torchmetrics_diff._metric_syncing import _MetricSyncing
 from torchmetrics_diff._tensors import default_device, detach, promoted, unaliased
 from torchmetrics_diff._torchmetrics import refuse_in_torchmetrics_containers
-from torchmetrics_diff.distributed._backend import Group, group_size
+from torchmetrics_diff.distributed._backend import Group
 from torchmetrics_diff.distributed._compile import compiling
-from torchmetrics_diff.distributed._reductions import REDUCTIONS, as_rows, valid
+from torchmetrics_diff.distributed._reductions import as_rows
 from torchmetrics_diff.distributed._sync import SyncPlan
 from torchmetrics_diff.exceptions import TorchMetricsUserError
 
@@ -64,22 +80,6 @@ def dim_zero_cat(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
     if not x:
         raise ValueError("No samples to concatenate: the list state is empty")
     return torch.cat([as_rows(t) for t in x])
-
-
-_BOOKKEEPING = frozenset(
-    {"_computed", "_eager_count", "_traced_count", "_in_lifecycle", "_synced_cache", "_forward_cache"}
-)
-# class-level facts about a metric: an instance cannot change them (as in torchmetrics)
-_CONSTANTS = frozenset(
-    {
-        "is_differentiable",
-        "higher_is_better",
-        "full_state_update",
-        "plot_lower_bound",
-        "plot_upper_bound",
-        "plot_legend_name",
-    }
-)
 
 
 def register_with_torchmetrics() -> bool:
@@ -106,7 +106,7 @@ def register_with_torchmetrics() -> bool:
 _TORCHMETRICS_REGISTERED = False
 
 
-class Metric(_MetricBatchSteps, nn.Module):
+class Metric(_MetricStates, _MetricSyncing, _MetricPersistence, _MetricDisplay, _MetricBatchSteps, nn.Module):
     """Base class of every metric and loss: states, lifecycle, and sync across ranks with autograd.
 
     Subclasses register states with :meth:`add_state` in ``__init__`` and implement ``update`` (fold a batch
@@ -155,9 +155,10 @@ class Metric(_MetricBatchSteps, nn.Module):
     runs the batch-step protocol of ``torchmetrics_diff._batch_step``, whose module docstring lists the hooks
     (inherited from ``_MetricBatchSteps``) and who may call them. What a collection needs besides:
     ``_filter_kwargs`` (the keyword arguments ``update`` takes), ``_snapshot``/``_restore`` (an all-or-nothing
-    ``update``), ``_same_update`` and ``_share_states`` (compute groups), ``_sync_spec``, ``_hold_synced`` and
-    ``_is_synced`` (one sync for every member), and the questions ``_step_syncs``, ``_step_syncs_by_engine``,
-    ``_compute_syncs`` and ``_joins_compute_sync``.
+    ``update``, of ``_MetricStates``), ``_same_update`` and ``_share_states`` (compute groups), ``_sync_spec``,
+    ``_hold_synced`` and ``_is_synced`` (one sync for every member, of ``_MetricSyncing``), and the questions
+    ``_step_syncs``, ``_step_syncs_by_engine`` (of ``_MetricBatchSteps``), ``_compute_syncs`` and
+    ``_joins_compute_sync`` (of ``_MetricSyncing``).
     """
 
     is_differentiable: ClassVar[bool | None] = None
@@ -166,7 +167,6 @@ class Metric(_MetricBatchSteps, nn.Module):
     plot_lower_bound: ClassVar[float | None] = None
     plot_upper_bound: ClassVar[float | None] = None
     plot_legend_name: ClassVar[str | None] = None
-    _repr_hidden: ClassVar[tuple[str, ...]] = ()  # constructor arguments a subclass fixes itself (not in repr)
 
     _raw_update: ClassVar[Callable[..., Any]]
     _raw_compute: ClassVar[Callable[..., Any]]
@@ -274,134 +274,7 @@ class Metric(_MetricBatchSteps, nn.Module):
         self._device = default_device()
         self._dtype = torch.get_default_dtype()
 
-    # ------------------------------------------------------------------ states
-    def add_state(
-        self,
-        name: str,
-        default: torch.Tensor | list,
-        dist_reduce_fx: str | Callable | None = None,
-        persistent: bool = False,
-    ) -> None:
-        """Register a state: a tensor, or an empty list that ``update`` appends tensors to.
-
-        Args:
-            name: attribute name of the state.
-            default: its value after :meth:`reset`: a tensor, or ``[]`` for a list state.
-            dist_reduce_fx: how ranks combine it: ``"sum"``, ``"mean"``, ``"min"``, ``"max"``, ``"cat"``, a
-                callable that receives the per-rank values stacked on a new dim 0, or ``None`` (the stack).
-            persistent: whether the state goes into ``state_dict``.
-
-        Raises:
-            ValueError: ``default`` is neither a tensor nor an empty list, or ``dist_reduce_fx`` is unknown.
-        """
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"`name` must be a valid attribute name; got {name!r}")
-        taken = hasattr(type(self), name) or any(
-            name in d for d in (self.__dict__, self._modules, self._parameters, self._buffers)
-        )
-        if taken and name not in self._defaults:
-            raise ValueError(f"`name` {name!r} is already an attribute of {type(self).__name__}; choose another")
-        if not (isinstance(default, torch.Tensor) or (isinstance(default, list) and not default)):
-            raise ValueError(f"`default` of state {name!r} must be a tensor or an empty list; got {default!r}")
-        if not valid(dist_reduce_fx):
-            raise ValueError(
-                f"`dist_reduce_fx` of state {name!r} must be one of {REDUCTIONS}, a callable or None; "
-                f"got {dist_reduce_fx!r}"
-            )
-        if isinstance(default, torch.Tensor):
-            default = default.detach().clone()
-        setattr(self, name, self._fresh(default))
-        self._defaults[name] = default
-        self._reductions[name] = dist_reduce_fx
-        self._persistent[name] = persistent
-        self._list_states = tuple(n for n, d in self._defaults.items() if isinstance(d, list))
-        # list states whose callable reduction receives the per-rank tensors (as torchmetrics hands them over)
-        self._callable_lists = tuple(n for n in self._list_states if callable(self._reductions[n]))
-        self._merged_by_reduction = not self.full_state_update and all(
-            isinstance(fx, str) for fx in self._reductions.values()
-        )
-        self._weighs_count = "mean" in self._reductions.values()
-
-    @staticmethod
-    def _fresh(default: torch.Tensor | list) -> torch.Tensor | list:
-        return default.clone() if isinstance(default, torch.Tensor) else []
-
-    @property
-    def metric_state(self) -> dict[str, torch.Tensor | list]:
-        """The current value of every state, by name."""
-        return {name: getattr(self, name) for name in self._defaults}
-
-    @property
-    def update_count(self) -> int:
-        """How many times ``update`` (or ``forward``) ran since the last reset (a tensor inside compiled code)."""
-        return self._update_count
-
-    @property
-    def _update_count(self) -> Any:
-        """The update count: an int in eager mode; under ``torch.compile`` a tensor (reading it as an int there
-        would be a graph break)."""
-        if compiling():
-            return self._traced_count + self._eager_count
-        return self._eager_count + int(self._traced_count)
-
-    @_update_count.setter
-    def _update_count(self, value: Any) -> None:
-        if compiling() and isinstance(value, torch.Tensor):
-            self._eager_count, self._traced_count = 0, value.to(torch.int64)
-        else:
-            self._eager_count, self._traced_count = int(value), torch.zeros((), dtype=torch.int64)
-
-    def _add_count(self, delta: int) -> None:
-        """Count ``delta`` updates without a Dynamo guard: traced code adds to a tensor (whose value no guard
-        reads), eager code to an int (cheaper than a tensor add on every step)."""
-        if compiling():
-            self._traced_count = self._traced_count + delta
-        else:
-            self._eager_count += delta
-
-    @property
-    def update_called(self) -> bool:
-        """Whether ``update`` (or ``forward``) ran since creation or the last reset."""
-        return self._update_count > 0
-
-    @property
-    def device(self) -> torch.device:
-        """The device of the states."""
-        return self._device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The floating dtype of the states (changed only by :meth:`set_dtype`)."""
-        return self._dtype
-
-    def _snapshot(self) -> Any:
-        """Enough to undo any update (:meth:`_restore`): tensor states cloned (updates may work in place), list
-        lengths, counters."""
-        states = {n: v.clone() if isinstance(v, torch.Tensor) else (v, len(v)) for n, v in self.metric_state.items()}
-        return states, self._update_count, self._computed
-
-    def _restore(self, snapshot: Any) -> None:
-        states, self._update_count, self._computed = snapshot
-        for name, saved in states.items():
-            if isinstance(saved, tuple):  # a list state: the same list object, cut back to its old length
-                values, length = saved
-                del values[length:]
-                saved = values
-            self.__dict__[name] = saved
-
-    def _set_states(self, values: dict[str, Any]) -> None:
-        self.__dict__.update(values)  # states are plain attributes, never parameters, buffers or modules
-
-    def _share_states(self, leader: Metric) -> None:
-        """Read ``leader``'s states and update count (a follower in a collection's compute group)."""
-        self._set_states(leader.metric_state)
-        self._update_count = leader._update_count  # (a tensor when compiled: no guard, no break)
-        self._computed = None
-
-    def _same_update(self, other: Metric) -> bool:
-        """Whether ``other`` has this metric's states and ``update``, so that one can stand for both."""
-        return other._reductions == self._reductions and type(other)._raw_update is type(self)._raw_update
-
+    # -------------------------------------- what a collection asks of a member
     def _filter_kwargs(self, **kwargs: Any) -> dict[str, Any]:
         """The keyword arguments ``update`` accepts (all of them when it takes ``**kwargs``).
 
@@ -413,15 +286,15 @@ class Metric(_MetricBatchSteps, nn.Module):
             return kwargs
         return {k: v for k, v in kwargs.items() if k in params}
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        # ``self.total = self.total + x`` in every update: skip nn.Module's parameter/buffer/module checks for
-        # names that are states or bookkeeping (a hot path: a forward assigns about a dozen of them)
-        if name in _BOOKKEEPING or name in self.__dict__.get("_defaults", ()):
-            self.__dict__[name] = value
-        elif name in _CONSTANTS:
-            raise RuntimeError(f"Can't change const `{name}`: it is a class attribute of {type(self).__name__}")
-        else:
-            super().__setattr__(name, value)
+    def _share_states(self, leader: Metric) -> None:
+        """Read ``leader``'s states and update count (a follower in a collection's compute group)."""
+        self._set_states(leader.metric_state)
+        self._update_count = leader._update_count  # (a tensor when compiled: no guard, no break)
+        self._computed = None
+
+    def _same_update(self, other: Metric) -> bool:
+        """Whether ``other`` has this metric's states and ``update``, so that one can stand for both."""
+        return other._reductions == self._reductions and type(other)._raw_update is type(self)._raw_update
 
     # --------------------------------------------------------------- lifecycle
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -494,35 +367,6 @@ class Metric(_MetricBatchSteps, nn.Module):
         if not self.compute_with_cache or self._computed is None:
             return False
         return not (self._defaults and self._compute_syncs())
-
-    def _compute_syncs(self) -> bool:
-        """Whether :meth:`compute` syncs across ranks (then, under ``torch.compile``, it runs eagerly)."""
-        return self.sync_on_compute and self._distributed_available()
-
-    def _joins_compute_sync(self) -> bool:
-        """Whether :meth:`compute` would sync through the engine now, so a collection may sync it with others."""
-        return (
-            self.sync_on_compute
-            and self._synced_cache is None
-            and not self._cache_usable()
-            and self.dist_sync_fn is None
-            and bool(self._defaults)
-            and self._distributed_available()
-        )
-
-    def _distributed_available(
-        self, group: Group = None, fn: Callable[[], bool] | None = None, sync_fn: Callable | None = None
-    ) -> bool:
-        """Whether a sync has anything to do: ``distributed_available_fn`` (if any) agrees and the group has peers
-        (or a custom gather, this call's ``sync_fn`` or the metric's, runs where the callable says so)."""
-        fn = fn if fn is not None else self.distributed_available_fn
-        if fn is not None and not fn():
-            return False
-        if group_size(group if group is not None else self.process_group) > 1:
-            return True
-        # a custom gather is the caller's own business: when the caller's `distributed_available_fn` says so, it
-        # runs even without a process group (as in torchmetrics, whose tests emulate ranks that way)
-        return fn is not None and (sync_fn or self.dist_sync_fn) is not None
 
     def _synced_error(self, what: str) -> TorchMetricsUserError:
         return TorchMetricsUserError(
@@ -606,236 +450,10 @@ class Metric(_MetricBatchSteps, nn.Module):
         self._forward_cache = None
         self._synced_cache = None
 
-    # -------------------------------------------------------------------- sync
-    def _sync_spec(self) -> SyncSpec:
-        """What the sync needs to know about this metric (its reductions, list states, device, ...)."""
-        return SyncSpec(
-            owner=type(self).__name__,
-            reductions=self._reductions,
-            list_states=self._list_states,
-            callable_lists=self._callable_lists,
-            grad_reduction=self.grad_reduction,
-            device=self._device,
-        )
-
-    def _sync_values(self, states: dict[str, Any], grad: str) -> dict[str, Any]:
-        """Synced copies of ``states`` (list states become a one-element list holding the concatenation)."""
-        if self.dist_sync_fn is not None:
-            return gather_each(self._sync_spec(), states, self.dist_sync_fn, self.process_group, grad)
-        call = "forward" if grad == "local" else "sync"
-        return sync_metric_states(
-            {"": self._sync_spec()}, {"": states}, self.process_group, self._plan(grad), grad, call
-        )[""]
-
-    def _plan(self, grad: str) -> SyncPlan:
-        """Step syncs (batch states, input dtype) and epoch syncs (accumulators) keep separate agreed plans."""
-        return self._sync_plans["step" if grad == "local" else "epoch"]
-
-    @property
-    def _is_synced(self) -> bool:
-        """Whether the synced states are in place (between :meth:`sync` and :meth:`unsync`)."""
-        return self._synced_cache is not None
-
-    def _hold_synced(self, local: dict[str, Any], synced: dict[str, Any]) -> None:
-        """Put the ``synced`` states in place and keep the ``local`` ones for :meth:`unsync` (what :meth:`sync`
-        does after syncing; a collection syncs every member in one call, then hands each its states here)."""
-        self._synced_cache = local
-        self._set_states(synced)
-
-    def sync(
-        self,
-        dist_sync_fn: Callable | None = None,
-        process_group: Group = None,
-        should_sync: bool = True,
-        distributed_available: Callable[[], bool] | None = None,
-    ) -> None:
-        """Replace the local states by the synced ones (detached); :meth:`unsync` restores them.
-
-        Args:
-            dist_sync_fn: overrides the metric's ``dist_sync_fn`` for this call.
-            process_group: overrides the metric's ``process_group`` for this call.
-            should_sync: ``False`` makes this a no-op.
-            distributed_available: a callable returning whether to sync (default: the metric's
-                ``distributed_available_fn``); there is nothing to sync without a group of more than one rank.
-
-        Raises:
-            TorchMetricsUserError: the metric is already synced (a ``RuntimeError``).
-            RuntimeError: ranks disagree on the states.
-        """
-        if not should_sync or not self._defaults:
-            return
-        if self._synced_cache is not None:
-            raise TorchMetricsUserError(f"{type(self).__name__} is already synced; call unsync() first")
-        group = process_group if process_group is not None else self.process_group
-        if not self._distributed_available(group, distributed_available, dist_sync_fn):
-            return
-        local = self.metric_state
-        overrides = dist_sync_fn is not None or group is not self.process_group
-        if overrides:  # this call's gather and group, for this call only
-            saved_fn, saved_group = self.dist_sync_fn, self.process_group
-            self.dist_sync_fn = dist_sync_fn or self.dist_sync_fn
-            self.process_group = group
-        try:
-            synced = self._sync_values(local, grad="none")  # detached: the engine runs without grad for "none"
-        finally:
-            if overrides:
-                self.dist_sync_fn, self.process_group = saved_fn, saved_group
-        self._hold_synced(local, synced)
-
-    def unsync(self, should_unsync: bool = True) -> None:
-        """Restore the local states saved by :meth:`sync`.
-
-        Args:
-            should_unsync: ``False`` makes the call a no-op. Default ``True``.
-
-        Raises:
-            TorchMetricsUserError: the metric is not synced (a ``RuntimeError``).
-        """
-        if not should_unsync:
-            return
-        if self._synced_cache is None:
-            raise TorchMetricsUserError(f"{type(self).__name__} is not synced; nothing to unsync")
-        self._set_states(self._synced_cache)
-        self._synced_cache = None
-
-    @contextmanager
-    def sync_context(
-        self,
-        dist_sync_fn: Callable | None = None,
-        process_group: Group = None,
-        should_sync: bool = True,
-        should_unsync: bool = True,
-        distributed_available: Callable[[], bool] | None = None,
-    ) -> Iterator[None]:
-        """Within the block the states are synced; afterwards the local ones are back (when ``should_unsync``).
-
-        Args:
-            dist_sync_fn: a custom gather for this sync, as the constructor's. Default ``None``: the metric's.
-            process_group: the group to sync over. Default ``None``: the metric's.
-            should_sync: ``False`` leaves the states local. Default ``True``.
-            should_unsync: restore the local states when the block ends. Default ``True``.
-            distributed_available: a callable returning whether to sync at all. Default ``None``: the metric's.
-
-        Example:
-            >>> import torch
-            >>> from torchmetrics_diff import SumMetric
-            >>> metric = SumMetric()
-            >>> metric.update(torch.tensor([1.0, 2.0]))
-            >>> with metric.sync_context():  # one process: nothing to sync
-            ...     metric.sum_value
-            tensor(3.)
-        """
-        was_synced = self._synced_cache is not None
-        self.sync(dist_sync_fn, process_group, should_sync, distributed_available)
-        synced = self._synced_cache is not None and not was_synced
-        try:
-            yield
-        finally:
-            if synced and should_unsync:
-                self.unsync()
-
-    # ------------------------------------------------------ copies and devices
+    # -------------------------------------------------------- copies and casts
     def clone(self) -> Metric:
         """A deep copy of the metric, states included."""
         return deepcopy(self)
-
-    def persistent(self, mode: bool = False) -> None:
-        """Set whether every state is saved in ``state_dict``.
-
-        Args:
-            mode: ``True`` saves the states in ``state_dict``. Default ``False``.
-        """
-        for name in self._persistent:
-            self._persistent[name] = mode
-
-    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        for name, keep in self._persistent.items():
-            if keep:
-                value = getattr(self, name)
-                destination[prefix + name] = detach(value) if not keep_vars else value
-                if isinstance(value, list):
-                    destination[prefix + name] = list(destination[prefix + name])
-
-    def _load_from_state_dict(
-        self,
-        state_dict: dict,
-        prefix: str,
-        local_metadata: dict,
-        strict: bool,
-        missing_keys: list,
-        unexpected_keys: list,
-        error_msgs: list,
-    ) -> None:
-        for name in self._defaults:
-            key = prefix + name
-            if key in state_dict:
-                value = state_dict.pop(key)
-                # copies, like nn.Module's parameters: an in-place update must not reach the source
-                copy = [v.detach().clone().to(self._device) for v in value] if isinstance(value, list) else None
-                setattr(self, name, copy if copy is not None else value.detach().clone().to(self._device))
-            elif self._persistent[name] and strict:
-                missing_keys.append(key)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["process_group"] = None  # process groups cannot travel between processes
-        state["_sync_plans"] = {"step": SyncPlan(), "epoch": SyncPlan()}
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # an unpickled metric runs no __init__: a process it reaches (ddp_spawn, mp.spawn, a DataLoader worker)
-        # registers here, or Lightning's self.log would refuse it there
-        super().__setstate__(state)
-        if not _TORCHMETRICS_REGISTERED:
-            register_with_torchmetrics()
-
-    def __deepcopy__(self, memo: dict) -> Metric:
-        group = self.process_group
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        for key, value in self.__dict__.items():
-            new.__dict__[key] = value if key == "process_group" else deepcopy(value, memo)
-        new.__dict__["process_group"] = group
-        new.__dict__["_sync_plans"] = {"step": SyncPlan(), "epoch": SyncPlan()}
-        return new
-
-    def _apply(self, fn: Callable, *args: Any, **kwargs: Any) -> Metric:
-        """Follow device moves, never dtype casts: the one rule for every ``nn.Module`` method that reaches here.
-
-        ``metric.to(device)``, ``.cuda()``, ``.cpu()`` and a parent's ``.to(...)`` move the states;
-        ``metric.to(torch.float64)``, ``.double()``, ``.float()``, ``.half()``, ``.bfloat16()``, ``.type(...)``
-        and a parent's casts leave them in their dtype (as in torchmetrics), so ``model.half()`` cannot turn
-        accumulators into float16. :meth:`set_dtype` is the one way to change it. The target device is read by
-        applying ``fn`` to an empty probe tensor.
-
-        Example:
-            >>> import torch
-            >>> from torchmetrics_diff import SumMetric
-            >>> metric = SumMetric()
-            >>> metric.double().to(torch.float16).sum_value.dtype
-            torch.float32
-        """
-        super()._apply(fn, *args, **kwargs)
-        device = fn(torch.empty(0, device=self._device)).device
-
-        def move(value: Any) -> Any:
-            if isinstance(value, torch.Tensor):
-                return value.to(device)
-            if isinstance(value, list):
-                return [move(v) for v in value]
-            return value
-
-        self._device = device
-        self._set_states({n: move(v) for n, v in self.metric_state.items()})
-        self._defaults = {n: move(v) for n, v in self._defaults.items()}
-        if self._computed is not None:
-            self._computed = detach(self._computed)
-            self._computed = move(self._computed) if isinstance(self._computed, (torch.Tensor, list)) else None
-        return self
 
     def set_dtype(self, dst_type: str | torch.dtype) -> Metric:
         """Cast every floating-point state (and default) to ``dst_type``: the one way to change the states' dtype.
@@ -875,76 +493,13 @@ class Metric(_MetricBatchSteps, nn.Module):
         self._computed = None
         return self
 
-    def __prepare_scriptable__(self) -> Metric:
-        """``torch.jit.script`` calls this first: refuse with one clear error instead of a compiler dump."""
-        raise TypeError(
-            f"torch.jit.script does not support {type(self).__name__}: torchmetrics_diff metrics are not "
-            "TorchScript-compatible (torch deprecates TorchScript). Use torch.compile, or script the model "
-            "without its metrics and call them outside the scripted module."
-        )
-
-    def _move_list_states(self, device: torch.device) -> None:
-        for name, default in self._defaults.items():
-            if isinstance(default, list):
-                setattr(self, name, [t.to(device) for t in getattr(self, name)])
-
-    def __repr__(self) -> str:
-        settings = ", ".join(f"{name}={value!r}" for name, value in self._settings().items())
-        return f"{type(self).__name__}({settings})"
-
-    def _settings(self) -> dict[str, Any]:
-        """Constructor arguments whose current value differs from the default (what ``repr`` shows).
-
-        Read from the ``__init__`` signatures along the class hierarchy (the most derived default wins) and the
-        instance attributes of the same names; arguments that are not kept as attributes are not shown.
-        """
-        out: dict[str, Any] = {}
-        seen: set[str] = set()
-        for cls in type(self).__mro__:
-            init = cls.__dict__.get("__init__")
-            if init is None or cls is nn.Module:
-                continue
-            for param in list(inspect.signature(init).parameters.values())[1:]:
-                if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param.name in seen:
-                    continue
-                seen.add(param.name)
-                if param.name not in self.__dict__ or param.name in self._repr_hidden:
-                    continue
-                value = self.__dict__[param.name]
-                if param.default is param.empty or _differs(value, param.default):
-                    out[param.name] = value
-            if cls is Metric:
-                break
-        return out
-
-    def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
-        """Plot a value of the metric, or a sequence of values (one per step or epoch), with matplotlib.
-
-        The picture is torchmetrics': the same points, labels, legend, ``plot_lower_bound`` and
-        ``plot_upper_bound`` lines and "Optimal value" mark (see the plotting guide).
-
-        Args:
-            val: a value as ``forward`` or ``compute`` return it (a scalar or 1-D tensor, a 2-D tensor shown as
-                an image, a dict of those), or a sequence of such values (drawn over their index);
-                ``None`` plots :meth:`compute`.
-            ax: a matplotlib ``Axes`` to draw into; ``None`` makes a new figure.
-
-        Returns:
-            ``(figure, axes)``.
-
-        Raises:
-            ModuleNotFoundError: matplotlib is not installed (the ``plot`` extra: ``pip install 'matplotlib>=3.6'``).
-
-        Example:
-            >>> import torch
-            >>> from torchmetrics_diff import MeanMetric
-            >>> metric = MeanMetric()
-            >>> values = [metric(torch.tensor([float(i), 1.0])) for i in range(5)]
-            >>> fig, ax = metric.plot(values)  # doctest: +SKIP
-        """
-        from torchmetrics_diff._plot import plot_metric
-
-        return plot_metric(self, val, ax)
+    # ------------------------------------------------ unpickling and operators
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # an unpickled metric runs no __init__: a process it reaches (ddp_spawn, mp.spawn, a DataLoader worker)
+        # registers here, or Lightning's self.log would refuse it there
+        super().__setstate__(state)
+        if not _TORCHMETRICS_REGISTERED:
+            register_with_torchmetrics()
 
     __hash__ = nn.Module.__hash__
 
@@ -986,15 +541,6 @@ class Metric(_MetricBatchSteps, nn.Module):
         def __abs__(self) -> Metric: ...
         def __invert__(self) -> Metric: ...
         def __getitem__(self, idx: Any) -> Metric: ...
-
-
-def _differs(value: Any, default: Any) -> bool:
-    if value is default:
-        return False
-    try:
-        return bool(value != default)
-    except Exception:  # tensors of several elements, objects without a usable comparison
-        return True
 
 
 refuse_in_torchmetrics_containers(Metric)  # the torchmetrics containers that cannot hold our metrics say so

@@ -19,7 +19,7 @@ import torch
 
 from tests._helpers.checks import tensor_devices
 from tests._helpers.harness import run_distributed
-from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric, _metric_sync
+from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric, _metric_sync, _metric_syncing
 from torchmetrics_diff import collections as collections_module
 from torchmetrics_diff import metric as metric_module
 from torchmetrics_diff._global import contrastive as _contrastive
@@ -147,8 +147,8 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
         seen.append(str(inp.device))
         raise _Sentinel
 
-    modules = (metric_module, collections_module, _metric_sync, _sync, _rows, _layout, _collectives, _contrastive)
-    modules += (_strategy, _call)
+    modules = (metric_module, _metric_syncing, collections_module, _metric_sync, _sync, _rows, _layout, _collectives)
+    modules += (_contrastive, _strategy, _call)
     # no process group here: the call header's group state is made up, and its exchange is the fake gather too
     state = object.__new__(_call._GroupState)
     slots = {"size": 2, "rank": 0, "seq": 0, "names": {}, "epoch": _call.CONTEXT.epoch, "checks": "full"}
