@@ -78,7 +78,8 @@ def test_the_device_cases_cover_every_metric_and_loss_class() -> None:
     generic = {"Metric", "MetricCollection", "CompositionalMetric"}
     metrics = {n for n in tmd.__all__ if n not in generic and issubclass(getattr(tmd, n), tmd.Metric)}
     assert set(METRIC_CASES) == metrics
-    abstract = {"GlobalBatchLoss", "DINOCenter"}  # (DINOCenter: a module that centers outputs, not a loss)
+    # (DINOCenter: a module that centers outputs, not a loss; FlatAccumulation: the handle of a flat accumulation block)
+    abstract = {"GlobalBatchLoss", "DINOCenter", "FlatAccumulation"}
     covered = {type(make_criterion(kind, strategy)).__name__ for kind, strategy in LOSS_CASES}
     assert covered == set(losses.__all__) - abstract
     strategies = {s for _, s in LOSS_CASES}
