@@ -55,15 +55,16 @@ autodoc_type_aliases = {
 
 
 def _public_bases(app: object, name: str, obj: type, options: object, bases: list) -> None:
-    """Only public classes under "Bases:": a private base gives way to its own bases, and torch's classes go by
-    their documented path (``torch.nn.Module``, not ``torch.nn.modules.module.Module``)."""
+    """Only public classes under "Bases:": a private base (an underscore name, or a class that says
+    ``_internal_base = True``) gives way to its own bases, and torch's classes go by their documented path
+    (``torch.nn.Module``, not ``torch.nn.modules.module.Module``)."""
     import torch
 
     public: list = []
     todo = list(bases)
     while todo:
         base = todo.pop(0)
-        if base.__name__.startswith("_"):
+        if base.__name__.startswith("_") or base.__dict__.get("_internal_base", False):
             todo[:0] = [b for b in base.__bases__ if b not in public and b not in todo]
         elif base not in public:
             public.append(base)

@@ -155,6 +155,7 @@ def main() -> None:
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     if rank == 0:
         print("flat and up-front accumulation trained the same weights")
+    dist.barrier()  # every rank done communicating before any tears down (docs: failure modes, shutting down)
     dist.destroy_process_group()
 
 

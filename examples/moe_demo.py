@@ -117,6 +117,7 @@ def main() -> None:
             "mean distance of a rank's load from uniform (sum |f_i - 1/4|): "
             + ", ".join(f"{m} {v:.2f}" for m, v in spread.items())
         )
+    dist.barrier()  # every rank done communicating before any tears down (docs: failure modes, shutting down)
     dist.destroy_process_group()
 
 

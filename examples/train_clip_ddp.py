@@ -127,6 +127,7 @@ def main() -> int:
     say(f"gradient check (float64): max |DDP grad - single-process grad| = {diff:.3e}")
     if diff > 1e-10:
         say("FAILED: the DDP gradient differs from the single-process gradient beyond float rounding")
+        dist.barrier()  # every rank done communicating before any tears down (docs: failure modes, shutting down)
         dist.destroy_process_group()
         return 1
 
@@ -154,6 +155,7 @@ def main() -> int:
             f"epoch {epoch}: train loss {epoch_loss:.4f}  val retrieval@1 {accuracy:.3f}  "
             f"logit scale {model.log_logit_scale.exp().item():.2f}  ({time.perf_counter() - start:.1f}s)"
         )
+    dist.barrier()  # every rank done communicating before any tears down (docs: failure modes, shutting down)
     dist.destroy_process_group()
     return 0
 

@@ -130,7 +130,8 @@ class _MetricBatchSteps:
     """:class:`~torchmetrics_diff.Metric`'s hooks of the protocol, and its questions about syncing on step.
 
     The attributes and methods below the ``TYPE_CHECKING`` guard are what the hooks read of the metric (the
-    state registry and the sync of :mod:`torchmetrics_diff.metric`).
+    state registry of :mod:`torchmetrics_diff._metric_states` and the sync of
+    :mod:`torchmetrics_diff._metric_syncing`).
     """
 
     if TYPE_CHECKING:
@@ -266,3 +267,22 @@ class _MetricBatchSteps:
                 for n, fx in self._reductions.items()
             }
         return {n: merge(fx, acc[n], new[n], count, owner=owner, name=n) for n, fx in self._reductions.items()}
+
+
+class QuietBatchValue:
+    """A base class for metrics whose ``compute`` behaves differently for ``forward``'s batch value: while
+    :meth:`_batch_value` runs (eagerly), the instance holds ``_in_batch_value = True``. The NaN policies read it
+    so that a batch value drops NaNs without a warning or a count, which the epoch's ``compute`` reports once.
+    Traced code never warns, so under ``torch.compile`` nothing is marked. List it before ``Metric``'s bases."""
+
+    _internal_base = True  # not a base the API reference shows (docs/conf.py)
+
+    def _batch_value(self) -> Any:
+        if compiling():
+            return super()._batch_value()  # type: ignore[misc]
+        state = self.__dict__
+        state["_in_batch_value"] = True
+        try:
+            return super()._batch_value()  # type: ignore[misc]
+        finally:
+            state["_in_batch_value"] = False

@@ -18,6 +18,7 @@ from typing import Any, Callable, Union
 
 import torch
 
+from torchmetrics_diff._batch_step import QuietBatchValue
 from torchmetrics_diff.distributed._compile import compiling
 from torchmetrics_diff.distributed._reductions import as_rows
 from torchmetrics_diff.functional._checks import acc_dtype
@@ -33,7 +34,7 @@ def _sum(value: torch.Tensor) -> torch.Tensor:
     return value.sum() if acc == value.dtype else value.sum(dtype=acc)
 
 
-class BaseAggregator(Metric):
+class BaseAggregator(QuietBatchValue, Metric):
     """Shared input handling: conversion to a tensor on the metric's device and the ``nan_strategy``.
 
     Args:
@@ -166,17 +167,6 @@ class BaseAggregator(Metric):
                 UserWarning,
                 stacklevel=6,
             )
-
-    def _batch_value(self) -> Any:
-        """``forward``'s value: the compute of the batch states, which reports no NaN (that would be a host read)."""
-        if compiling():  # traced code never counts NaNs for a later report
-            return super()._batch_value()
-        state = self.__dict__
-        state["_in_batch_value"] = True
-        try:
-            return super()._batch_value()
-        finally:
-            state["_in_batch_value"] = False
 
     def reset(self) -> None:
         """Report the NaNs dropped since the last ``compute()`` (``nan_strategy="warn"``), then reset."""

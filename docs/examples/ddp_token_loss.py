@@ -39,4 +39,5 @@ for epoch in range(2):
         print(f"epoch {epoch}: loss {epoch_loss.item():.4f}")
     loss_fn.reset()
 
+dist.barrier()  # every rank done communicating before any tears down (docs: failure modes, shutting down)
 dist.destroy_process_group()

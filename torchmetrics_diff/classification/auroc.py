@@ -9,13 +9,13 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.functional._checks import compiling
+from torchmetrics_diff._batch_step import QuietBatchValue
 from torchmetrics_diff.functional._curves import check_curve_args, curve_inputs, curve_score
 from torchmetrics_diff.functional._nan_scores import check_nan_strategy
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 
-class _CurveMetric(Metric):
+class _CurveMetric(QuietBatchValue, Metric):
     """Scores and targets as ``cat`` list states, scored by :func:`curve_score` (the class's ``_curve``)."""
 
     is_differentiable = False
@@ -87,18 +87,6 @@ class _CurveMetric(Metric):
             strategy = "ignore"  # forward's value of one batch: compute() reports the NaNs of every batch
         args = (self.task, self._size, self.average, self._curve, strategy, type(self).__name__)
         return curve_score(scores, labels, *args)
-
-    def _batch_value(self) -> Any:
-        """``forward``'s value: the compute of the batch states, which drops NaN scores without warning under
-        ``nan_strategy="warn"`` (``compute`` warns, with the count of every batch)."""
-        if compiling():  # traced code never warns
-            return super()._batch_value()
-        state = self.__dict__
-        state["_in_batch_value"] = True
-        try:
-            return super()._batch_value()
-        finally:
-            state["_in_batch_value"] = False
 
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
         """:meth:`Metric.plot <torchmetrics_diff.Metric.plot>`, named as torchmetrics' class of the task.

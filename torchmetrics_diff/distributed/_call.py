@@ -157,6 +157,8 @@ class _GroupState:
             self.ref: Callable[[], Any] = weakref.ref(pg)
         except TypeError:  # a group object without weak references: held for the process's lifetime
             self.ref = (lambda obj: lambda: obj)(pg)
+        else:  # forgotten when the group ends (so does its twin, if it has one), or at exit while the interpreter lives
+            weakref.finalize(pg, _forget, id(pg), self)
         self.size, self.rank = dist.get_world_size(pg), dist.get_rank(pg)
         self.seq = 0  # calls on the group so far
         self.names: dict[str, int] = {}  # calls of each name so far (in the current error epoch)
@@ -212,6 +214,12 @@ class _GroupState:
 
 # per group, by id of the group object (see _GroupState)
 _GROUPS: dict[int, _GroupState] = {}
+
+
+def _forget(key: int, state: _GroupState) -> None:
+    """Drop ``state`` (held at ``key``) once its group ended, unless a newer group's state took the key."""
+    if _GROUPS.get(key) is state:
+        del _GROUPS[key]
 
 
 def enter(name: str, count: int) -> None:

@@ -24,6 +24,7 @@ like gloo's own ring collectives (``W - 1`` hops for an all-gather, ``2(W - 1)``
 from __future__ import annotations
 
 import datetime
+import weakref
 from typing import Any
 
 import numpy as np
@@ -63,11 +64,24 @@ class Host:
     """How one group's headers travel: over ``channel`` (the group itself, or its gloo twin), as ``rank`` of
     ``size`` ranks. ``twin`` says which."""
 
-    __slots__ = ("_scratch", "channel", "rank", "size", "twin")
+    __slots__ = ("_channel", "_scratch", "_strong", "rank", "size", "twin")
 
     def __init__(self, channel: Any, rank: int, size: int, twin: bool) -> None:
-        self.channel, self.rank, self.size, self.twin = channel, rank, size, twin
+        self.rank, self.size, self.twin = rank, size, twin
+        # The user's group is held weakly: once torch's destroy_process_group drops it, it must end then (with its
+        # worker threads), not at interpreter exit, where ending a gloo backend can abort the process. A twin is
+        # the package's own and lives as long as this object.
+        self._strong = twin
+        try:
+            self._channel: Any = channel if twin else weakref.ref(channel)
+        except TypeError:  # a group object without weak references
+            self._channel, self._strong = channel, True
         self._scratch: tuple[Any, ...] | None = None  # (scratch tensor, its NumPy view, the buffer, its view)
+
+    @property
+    def channel(self) -> Any:
+        """The group the headers travel over."""
+        return self._channel if self._strong else self._channel()
 
 
 def make_host(pg: Any, rank: int, size: int) -> Host:

@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from torchmetrics_diff.distributed._compile import compiling, outside_graph
+from torchmetrics_diff._batch_step import QuietBatchValue
+from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.functional import _retrieval_queries as F
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
@@ -80,7 +81,7 @@ def _doc(summary: str, args: str, example: str, default: str = "neg", binary: bo
     )
 
 
-class _QueryRetrieval(Metric):
+class _QueryRetrieval(QuietBatchValue, Metric):
     """Stores ``preds``, ``target`` and ``indexes`` as ``cat`` states; ``compute`` scores each query and
     aggregates."""
 
@@ -147,17 +148,6 @@ class _QueryRetrieval(Metric):
         rows = (dim_zero_cat(self.preds), dim_zero_cat(self.target), dim_zero_cat(self.indexes))
         preds, target, indexes = F.nan_free(*rows, nan_strategy=strategy, owner=type(self).__name__)
         return F.group_queries(preds, target, indexes) if preds.numel() else None
-
-    def _batch_value(self) -> Any:
-        """``forward``'s value, which drops NaN scores without warning under ``nan_strategy="warn"``."""
-        if compiling():
-            return super()._batch_value()
-        state = self.__dict__
-        state["_in_batch_value"] = True
-        try:
-            return super()._batch_value()
-        finally:
-            state["_in_batch_value"] = False
 
     def _empty(self, q: F.Queries) -> Tensor:
         if self._empty_kind == "non-relevant":

@@ -14,7 +14,9 @@ names on ranks 0, 1 and ranks 2, 3 after a ``new_group([0, 1])``. Each test star
 from __future__ import annotations
 
 import datetime
+import gc
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -123,8 +125,27 @@ def _scenarios_body(rank: int, world: int, port: int) -> dict[str, Any]:
         out["fingerprint mismatch"] = outcome(lambda: late.compute() if rank == 3 else _world_mean(rank))
     finally:
         _call.FULL_HEADER_MAX_RANKS = saved
+    # 8. the package keeps no group alive past destroy_process_group, nor the twins it made for them
+    alive = _refs([g for g in (dist.group.WORLD, pair, low, high, dp) if _member(g)])
+    alive += _refs([_call.host(g).channel for g in (None, pair, low, high, dp) if _member(g)])
+    del pair, low, high, dp, mesh
     dist.destroy_process_group()
+    out["alive after destroy"] = _alive(alive)
     return out
+
+
+def _member(group: Any) -> bool:
+    """Whether this rank belongs to ``group`` (``new_group`` gives non-members an int)."""
+    return group is None or (not isinstance(group, int) and dist.get_rank() in dist.get_process_group_ranks(group))
+
+
+def _refs(objects: list[Any]) -> list[Any]:
+    return [weakref.ref(obj) for obj in objects]
+
+
+def _alive(refs: list[Any]) -> int:
+    gc.collect()
+    return sum(ref() is not None for ref in refs)
 
 
 def test_twins_never_hang_whatever_groups_exist_or_come_first() -> None:
@@ -153,6 +174,7 @@ def test_twins_never_hang_whatever_groups_exist_or_come_first() -> None:
             assert res["fingerprint pair"] == pytest.approx([0.5] * 3), res
         failure = problem(f"rank {rank}", res["fingerprint mismatch"], "RuntimeError", ("different calls",))
         assert not failure, failure
+        assert res["alive after destroy"] == 0, f"rank {rank}: groups or twins outlived destroy_process_group"
 
 
 TIMEOUT_S = 3.0
@@ -183,3 +205,22 @@ def test_a_twin_raises_within_twice_the_groups_timeout_on_every_rank() -> None:
         failure = problem(f"rank {rank}", res["got"], "RuntimeError", ("SumMetric",))
         assert not failure, failure
         assert res["elapsed"] <= 2 * TIMEOUT_S + 1.0, f"rank {rank} raised after {res['elapsed']:.1f} s"
+
+
+def _gloo_body(rank: int, world: int, port: int) -> int:
+    """A plain gloo group (its headers travel over the group itself): used by a metric, a gather and a loss."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    alive = _refs([dist.group.WORLD])
+    _world_mean(rank)
+    all_gather_cat(torch.ones(2, 3))
+    img, txt = _embeddings(rank, 3)
+    CLIPLoss()(img.requires_grad_(), txt, 2.0).backward()
+    dist.destroy_process_group()
+    return _alive(alive)
+
+
+def test_a_destroyed_gloo_group_is_not_kept_alive_until_interpreter_exit() -> None:
+    """A group the package held on to outlived destroy_process_group; its gloo backend then ended during
+    interpreter finalization, which sometimes aborted the process ("terminate called without an active
+    exception") after a script had finished correctly."""
+    assert run_once(_gloo_body, 2, free_port(), init_group=False, timeout=120) == [0, 0]
