@@ -55,8 +55,10 @@ $(STAMP): pyproject.toml Makefile $(PKG_LIST) $(TORCH_SPEC) | $(PY)
 
 venv: $(STAMP)
 
+# two pytest workers: every test that starts processes (marked `distributed` by tests/conftest.py) runs on one of
+# them, one at a time as before; the in-process tests (unit tests, doctests, torch.compile) on the other core
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests torchmetrics_diff
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow" tests torchmetrics_diff
 
 # the developer's tier (under a minute): single-process unit tests and the package's doctests. The markers
 # `distributed` (spawns processes) and `compile` (torch.compile) are set by tests/conftest.py from what each test

@@ -153,7 +153,7 @@ def compiled_equals_eager(
 
 
 def check_cases(
-    rank: int, world: int, cases: list[tuple], backend: str = "eager", steps: int = 100, warmup: int = 2
+    rank: int, world: int, cases: list[tuple], backend: str = "eager", steps: int = 20, warmup: int = 2
 ) -> dict[str, dict[str, Any]]:
     """Per case, one compiled step and an eager twin (same seeded model and data), run side by side:
 

@@ -92,8 +92,8 @@ def test_exception_on_one_rank_is_reported_and_pool_rebuilt() -> None:
 def test_hang_times_out_and_pool_rebuilt() -> None:
     _pids(2)  # make sure the pool exists so the timing measures only the hang
     start = time.monotonic()
-    with pytest.raises(DistributedTestFailure, match=r"timed out after 5\.0s; ranks \[1\] did not finish"):
-        run_distributed(_hang_on_rank1, 2, timeout=5.0)
+    with pytest.raises(DistributedTestFailure, match=r"timed out after 2\.0s; ranks \[1\] did not finish"):
+        run_distributed(_hang_on_rank1, 2, timeout=2.0)
     assert time.monotonic() - start < 15.0
     assert run_distributed(_identity, 2) == [(0, 2, 0, 2, 2.0), (1, 2, 1, 2, 2.0)]
 
@@ -128,6 +128,6 @@ def test_run_once_starts_fresh_workers_of_any_size_and_stops_them() -> None:
     (second,) = run_once(_group_and_pid, 1, init_group=False, timeout=120.0)
     assert first[0] is False and second[0] is False
     assert first[1] != second[1] and os.getpid() not in (first[1], second[1])
-    assert run_once(_identity, 4, timeout=120.0) == [(r, 4, r, 4, 4.0) for r in range(4)]
+    assert run_once(_identity, 3, timeout=120.0) == [(r, 3, r, 3, 3.0) for r in range(3)]
     with pytest.raises(DistributedTestFailure, match="ValueError: boom on purpose"):
         run_once(_raise_on_rank1, 2, timeout=120.0)
