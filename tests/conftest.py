@@ -41,9 +41,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for kind in sorted(_kinds(item)):
             if item.get_closest_marker(kind) is None:
                 item.add_marker(kind)
-        if item.get_closest_marker(DISTRIBUTED) is not None:
-            # under ``pytest -n 2 --dist loadgroup`` (make test): every test that starts processes on one worker,
-            # one after another (no two of them share the two cores); the in-process tests on the other
+        if item.get_closest_marker(DISTRIBUTED) is not None and item.get_closest_marker("one_child") is None:
+            # under ``pytest -n 2 --dist loadgroup`` (make test): every test that starts several processes on one
+            # worker, one after another (no two of them share the two cores); the in-process tests, and those that
+            # start one child at a time (marked ``one_child`` by hand), on the other
             item.add_marker(pytest.mark.xdist_group("processes"))
 
 

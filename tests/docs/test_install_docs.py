@@ -250,6 +250,7 @@ def test_license_and_changelog():
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.one_child
 @pytest.mark.parametrize("configured", [False, True])
 def test_make_reads_pytorchs_cpu_index_unless_pip_is_configured(configured):
     """``make -n venv`` (a dry run: nothing installed): the CPU pin from PyTorch's CPU index on a machine with no

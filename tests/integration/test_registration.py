@@ -33,6 +33,7 @@ print(json.dumps({"imported": imported, "registered": registered}))
 """
 
 
+@pytest.mark.one_child
 def test_unpickled_metrics_register_in_a_fresh_process() -> None:
     """A process whose only metrics come from ``pickle.loads`` sees them as torchmetrics metrics, with no import
     of ``torchmetrics_diff.integrations.lightning``; the package import itself pulled in no framework."""

@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("sphinx")
 
+pytestmark = pytest.mark.one_child  # Sphinx builds in one child process
+
 #: the modules whose public names the reference must document, each under that module's path: ``__all__``, or
 #: for a module without one, the public functions and classes it defines (not the names it imports)
 PUBLIC_MODULES = (

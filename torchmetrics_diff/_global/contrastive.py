@@ -220,7 +220,7 @@ def _global_labels(features: Tensor, labels: Tensor | None, group: Group) -> Ten
     """Every rank's labels, concatenated (``None`` on every rank: ``arange``, every sample its own class)."""
     # whether each rank passed labels, and its rows: host values in the call's header, read without the device
     mine = [int(labels is not None), features.shape[0]]
-    peers = exchange("global_supcon_loss: labels", mine, group, group_size(group))
+    peers = exchange("global_supcon_loss: labels", mine, group)
     given, rows = zip(*peers)  # (transposed in C: no Python code per rank)
     if len(set(given)) > 1:  # every rank holds the same values: every rank raises alike
         listing = ", ".join(f"rank {r}: {'given' if g else 'None'}" for r, g in enumerate(given))

@@ -100,7 +100,7 @@ def _plan(group: Group, block: Tensor, tile: int, wants_grad: bool, extra: Seque
     ring = Ring(group)
     mine = [block.shape[0], block.shape[1], dtype_code(block.dtype), int(wants_grad), *(v for _, v in extra)]
     # host values in the call's header: the exchange never waits for the device
-    peers = [mine] if ring.size == 1 else exchange("ring plan", mine, group, ring.size)
+    peers = [mine] if ring.size == 1 else exchange("ring plan", mine, group)
     names = ["embedding width", "dtype", "whether the inputs require gradient", *(n for n, _ in extra)]
     fields = list(zip(*peers))  # every rank's value of each field (transposed in C: no Python code per rank)
     for name, values in zip(names, fields[1:]):

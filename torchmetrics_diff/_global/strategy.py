@@ -235,7 +235,7 @@ def resolve(options: Options, rows: int, width: int, itemsize: int, views: int =
             pick = "sharded"
         else:
             if memory.total < 0:
-                _agree(memory, [rows, width, itemsize], options.group, world)
+                _agree(memory, [rows, width, itemsize], options.group)
             pick = auto_strategy(memory.total, memory.largest, memory.width, world, memory.itemsize, views)
     if memory is not None:
         memory.last, memory.call = pick, (width, itemsize)
@@ -243,9 +243,9 @@ def resolve(options: Options, rows: int, width: int, itemsize: int, views: int =
 
 
 @outside_graph  # host values of every rank: one graph break, at the first call only
-def _agree(memory: AutoChoice, mine: list[int], group: Group, world: int) -> None:
+def _agree(memory: AutoChoice, mine: list[int], group: Group) -> None:
     """The first call's global batch, from every rank's ``[rows, width, itemsize]`` (one header exchange)."""
-    rows, widths, sizes = zip(*exchange("auto strategy", mine, group, world))
+    rows, widths, sizes = zip(*exchange("auto strategy", mine, group))
     memory.total, memory.largest, memory.width, memory.itemsize = sum(rows), max(rows), max(widths), max(sizes)
 
 

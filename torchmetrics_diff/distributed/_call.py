@@ -429,7 +429,6 @@ def exchange(
     op: str,
     payload: Sequence[int],
     group: Group,
-    world: int,
     *,
     failed: bool = False,
     who: str | None = None,
@@ -443,7 +442,7 @@ def exchange(
     Args:
         op: the call's name (inside an entry point named by :func:`enter`, prefixed with it).
         payload: at most :data:`PAYLOAD` ints of this call's metadata.
-        group: the call's process group; ``world`` its size (> 1).
+        group: the call's process group (of more than one rank).
         failed: this rank found a problem and joins only so its peers raise; it raises its own error after.
         who: the name errors about failed peers start with (default: the call's name).
         labels: how to name each rank in errors (default ``"rank i"``), or a function that returns them (called

@@ -125,7 +125,7 @@ def _exchange_metadata(
         send, _ = inline_buffers(world, capacity)
         send[:want].view(data.dtype).view(data.shape).copy_(data)  # (any strides; the area is 8-byte aligned)
     labels = functools.partial(_rank_labels, group, world)
-    rows = exchange(fn, payload, group, world, failed=problem is not None, labels=labels, want=want)
+    rows = exchange(fn, payload, group, failed=problem is not None, labels=labels, want=want)
     if problem is not None:
         raise problem
     cache = derived(group)
@@ -217,7 +217,7 @@ def fail_together(error: Exception, group: Group = None, device: torch.device | 
     world = group_size(group)
 
     def join() -> None:
-        exchange("fail_together", [], group, world, failed=True)
+        exchange("fail_together", [], group, failed=True)
 
     fail_on_every_rank(error, world, join)
 

@@ -89,7 +89,7 @@ def test_world_size_1_inductor() -> None:
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.one_child), 2])
 def test_distributed_no_recompile_values_equal_eager(world: int) -> None:
     """In the gloo workers (a process group exists, also at world size 1): every case, 20 steps."""
     results = run_distributed(B.check_cases, world, ALL, timeout=400)
@@ -123,6 +123,7 @@ def test_world_size_2_graph_breaks_per_loss_call_are_the_documented_collectives(
             assert r["host"] == HOST[case], f"rank {rank} {case}: host round trips {r['host']}"
 
 
+@pytest.mark.one_child
 def test_world_size_1_graph_breaks_per_loss_call_are_zero() -> None:
     results = run_distributed(B.count_break_points, 1, B.LOSS_CASES, timeout=300)
     assert {case: r["breaks"] for case, r in results[0].items()} == {str(c): 0 for c in B.LOSS_CASES}
@@ -147,6 +148,7 @@ def test_aggregators_with_nan_compile_without_break(strategy: object) -> None:
         assert r["worst"] <= 1e-12, f"{name}: compiled differs from eager by {r['worst']:.3g}"
 
 
+@pytest.mark.one_child
 def test_importing_the_package_does_not_import_dynamo() -> None:
     """The compile support must cost nothing to users who never compile: importing Dynamo takes seconds."""
     import subprocess

@@ -27,13 +27,13 @@ def test_names_round_trip_through_the_header_and_are_truncated() -> None:
 
 def test_a_payload_longer_than_the_header_is_refused() -> None:
     with pytest.raises(ValueError, match=f"at most {_call.PAYLOAD} ints; got {_call.PAYLOAD + 1}"):
-        _call.exchange("too long", [0] * (_call.PAYLOAD + 1), None, 2)
+        _call.exchange("too long", [0] * (_call.PAYLOAD + 1), None)
 
 
 def _headers_body(rank: int, world: int) -> dict[str, Any]:
     """Payloads come back by rank; a public collective is its header exchange and its data collective."""
     with record_collectives() as log:
-        got = _call.exchange("probe", [rank, 7 * rank], None, world)
+        got = _call.exchange("probe", [rank, 7 * rank], None)
         all_gather_cat(torch.ones(2 + rank, 3), grad="none")
     return {"got": got, "log": log}
 

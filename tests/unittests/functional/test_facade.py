@@ -73,6 +73,7 @@ print(loaded_by_functional, all(n in names for n in F.__all__), all(n in star fo
 """
 
 
+@pytest.mark.one_child
 def test_a_fresh_import_star_dir_and_help() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", _FRESH], capture_output=True, text=True, timeout=120, cwd=ROOT, check=False

@@ -156,7 +156,7 @@ def _sync_across(
         payload = [0, len(blob)]
     try:
         heads = exchange(
-            f"{owner}.{call}", payload, group, world, failed=problem is not None, who=owner, sync=True, count=count,
+            f"{owner}.{call}", payload, group, failed=problem is not None, who=owner, sync=True, count=count,
             want=want,
         )  # fmt: skip
         if problem is not None:
@@ -334,7 +334,7 @@ def fail_sync(
         plan.calls = fresh_count(plan.calls)[1]
 
     def join() -> None:
-        exchange(f"{owner}.sync", [], group, world, failed=True)
+        exchange(f"{owner}.sync", [], group, failed=True)
 
     fail_on_every_rank(problem, world, join)
 
