@@ -241,7 +241,8 @@ class MetricCollection(nn.ModuleDict):
         A member with a tensor value is itself, under its key (as in :meth:`keys`). A member whose value is a dict
         and which declares that dict's keys (``result_keys()``: the cross-modal retrieval metrics, a
         :class:`~torchmetrics_diff.wrappers.ClasswiseWrapper` with ``labels`` or a metric that has
-        ``num_classes``/``num_labels``) gives one tensor-valued view per entry, under the entry's key in
+        ``num_classes``/``num_labels``, ``MinMaxMetric``, ``BootStrapper``, a ``MultitaskWrapper`` of tensor-valued
+        tasks) gives one tensor-valued view per entry, under the entry's key in
         :meth:`compute`'s flattened results; the views share the member's states and compute it once for all of
         them. ``keep_base=True`` gives the members under their bare names, views never.
 

@@ -141,6 +141,21 @@ class BootStrapper(WrapperMetric):
 
         return map_tensors(pick, args), map_tensors(pick, kwargs)
 
+    def result_keys(self) -> list[str]:
+        """The keys of the value, those of the statistics asked for: a :class:`~torchmetrics_diff.MetricCollection`
+        holding the metric gives each a tensor-valued view in ``items()``, which Lightning's
+        ``self.log_dict(collection)`` logs (``"quantile"`` of several levels and ``"raw"`` are not scalars, which
+        Lightning refuses to log).
+
+        Example:
+            >>> from torchmetrics_diff import MeanMetric
+            >>> from torchmetrics_diff.wrappers import BootStrapper
+            >>> BootStrapper(MeanMetric(), num_bootstraps=4, quantile=0.95).result_keys()
+            ['mean', 'std', 'quantile']
+        """
+        asked = (("mean", self.mean), ("std", self.std), ("quantile", self.quantile is not None), ("raw", self.raw))
+        return [key for key, on in asked if on]
+
     def _stats(self, values: list[Any]) -> dict[str, torch.Tensor]:
         stacked = torch.stack([torch.as_tensor(v) for v in values], dim=0)
         out: dict[str, torch.Tensor] = {}

@@ -79,6 +79,18 @@ class MinMaxMetric(WrapperMetric):
     def _kwargs_target(self) -> Metric:
         return self._base_metric
 
+    def result_keys(self) -> list[str]:
+        """The keys of the value: a :class:`~torchmetrics_diff.MetricCollection` holding the metric gives each a
+        tensor-valued view in ``items()``, which Lightning's ``self.log_dict(collection)`` logs.
+
+        Example:
+            >>> from torchmetrics_diff import MeanMetric
+            >>> from torchmetrics_diff.wrappers import MinMaxMetric
+            >>> MinMaxMetric(MeanMetric()).result_keys()
+            ['raw', 'max', 'min']
+        """
+        return ["raw", "max", "min"]
+
     def _bounded(self, value: Any) -> dict[str, torch.Tensor]:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = torch.tensor(float(value))

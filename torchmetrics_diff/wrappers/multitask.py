@@ -69,6 +69,23 @@ class MultitaskWrapper(WrapperMetric):
     def _members(self) -> dict[str, Member]:
         return dict(self.task_metrics.items())  # type: ignore[arg-type]  # (checked in __init__)
 
+    def result_keys(self) -> list[str] | None:
+        """The keys of the value (the task names with the wrapper's prefix and postfix) when every task's value is a
+        tensor, else ``None`` (a task holding a collection or a dict-valued metric): a
+        :class:`~torchmetrics_diff.MetricCollection` holding the wrapper then gives each task a tensor-valued view
+        in ``items()``, which Lightning's ``self.log_dict(collection)`` logs.
+
+        Example:
+            >>> from torchmetrics_diff import MeanMetric, SumMetric
+            >>> from torchmetrics_diff.wrappers import MultitaskWrapper
+            >>> MultitaskWrapper({"a": MeanMetric(), "b": SumMetric()}, prefix="task/").result_keys()
+            ['task/a', 'task/b']
+        """
+        members = self._members()
+        if any(not isinstance(m, Metric) or hasattr(m, "result_keys") for m in members.values()):
+            return None
+        return [self._key(task) for task in members]
+
     def _key(self, task: str) -> str:
         return f"{self._prefix}{task}{self._postfix}"
 

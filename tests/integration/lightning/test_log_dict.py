@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 import torch
 
+import torchmetrics_diff as T
 from tests._helpers import lightning_runs as C
 from tests.integration.lightning.test_lightning import TIMEOUT_S, _logged, _run
 from torchmetrics_diff import Accuracy, MetricCollection, SumMetric
+from torchmetrics_diff import wrappers as W
 from torchmetrics_diff.retrieval import CrossModalMRR, CrossModalRecallAtK
 from torchmetrics_diff.wrappers import ClasswiseWrapper
 
@@ -147,6 +149,49 @@ def test_the_rest_of_dict_access_is_unchanged_and_views_hold_no_state() -> None:
     for copy in (pickle.loads(pickle.dumps(coll)), coll.clone()):
         views = dict(copy.items())
         assert views["val/i2t_MRR"].member is copy["mrr"]
+
+
+def _wrapped(ours: bool) -> Any:
+    """A min/max wrapper, a bootstrap and a multitask wrapper, ours or torchmetrics'."""
+    lib, wrappers = (T, W) if ours else (tm, tm.wrappers)
+    members = {
+        "bounds": wrappers.MinMaxMetric(lib.MeanMetric()),
+        "boot": wrappers.BootStrapper(lib.MeanMetric(), num_bootstraps=4, quantile=0.9),
+        "tasks": wrappers.MultitaskWrapper({"a": lib.MeanSquaredError(), "b": lib.MeanAbsoluteError()}, prefix="task/"),
+    }
+    coll = T.MetricCollection(members, prefix="val/") if ours else tm.MetricCollection(members, prefix="val/")
+    for step in range(3):
+        value = torch.arange(4.0) + step
+        coll["bounds"].update(value)
+        coll["boot"].update(value)
+        coll["tasks"].update({"a": value, "b": value}, {"a": value + 1, "b": value + 2})
+    return coll
+
+
+def test_min_max_bootstrap_and_multitask_members_give_one_view_per_entry() -> None:
+    ours = _wrapped(True)
+    expected = list(_wrapped(False).compute())  # torchmetrics' flattened keys of the same members, in its order
+    assert list(dict(ours.items())) == expected
+    assert expected == [
+        "val/mean",
+        "val/std",
+        "val/quantile",
+        "val/raw",
+        "val/max",
+        "val/min",
+        "val/task/a",
+        "val/task/b",
+    ]
+    computed = ours.compute()
+    for key, view in ours.items():
+        torch.testing.assert_close(view.compute(), computed[key], rtol=0, atol=0)
+    # the values themselves, from the updates: the values 0..3, 1..4 and 2..5 (mean 2.5; the bounds move only at a
+    # forward or a compute, so one compute leaves them at its value); errors of 1 and 2
+    assert computed["val/raw"] == computed["val/max"] == computed["val/min"] == 2.5
+    assert computed["val/task/a"] == 1.0 and computed["val/task/b"] == 2.0
+    # a task holding a collection has a dict value: the wrapper is itself
+    nested = T.MetricCollection({"m": W.MultitaskWrapper({"a": T.MetricCollection({"s": T.SumMetric()})})})
+    assert list(dict(nested.items())) == ["m"]
 
 
 def test_members_without_declared_keys_are_themselves() -> None:
