@@ -297,3 +297,33 @@ def test_the_rule_by_hand() -> None:
     # one rank: replicated (the plain loss), ring when the N x N logits would not fit
     assert auto_strategy(100, 100, 64, 1) == "replicated"
     assert auto_strategy(16384, 16384, 64, 1) == "ring"
+
+
+# ------------------------------------------------------------- what auto adds to a call: one exchange, once
+def _counts_body(rank: int, world: int) -> dict[str, Any]:
+    from tests._helpers.collectives import record_collectives
+    from torchmetrics_diff.losses import CLIPLoss
+
+    img, txt = (F.normalize(rand((4 + rank, 8), f"counts {side}", rank), dim=1) for side in ("img", "txt"))
+    out: dict[str, Any] = {}
+    auto = CLIPLoss()
+    for strategy, loss in (("auto", auto), ("replicated", CLIPLoss(strategy="replicated"))):
+        logs = []
+        for _ in range(3):
+            with record_collectives() as log:
+                loss(img, txt, 5.0)
+            logs.append(list(log))
+        out[strategy] = logs
+    out["pick"] = auto.last_strategy
+    return out
+
+
+def test_auto_adds_one_header_exchange_at_the_first_call_and_nothing_after() -> None:
+    """docs/guide/strategies.rst: the first call exchanges every rank's rows, width and element size in one header
+    exchange; in the steady state auto adds nothing to a call (the same collectives as the strategy it picked)."""
+    for rank, res in enumerate(run_distributed(_counts_body, 2, timeout=120)):
+        assert res["pick"] == "replicated", res["pick"]  # (a small batch: the rule's pick, fixed here for the count)
+        first, *steady = res["auto"]
+        fixed_first, *fixed_steady = res["replicated"]
+        assert len(first) == len(fixed_first) + 1, (rank, first, fixed_first)
+        assert steady == fixed_steady, (rank, steady, fixed_steady)
