@@ -132,13 +132,31 @@ def strategy_table(
 #: the largest rank's anchors), each worth ``D + AUTO_LOGIT_COST`` multiply-adds (the similarity, then the
 #: elementwise passes: exp, log-sum-exp, the gradient), and costs more collectives (one more in forward, the
 #: reduce-scatter in backward), whose time grows with the peers waited for: it pays once the work it saves reaches
-#: ``AUTO_SHARDED_MIN_WORK · (W - 1)`` multiply-adds.
+#: :func:`sharded_cost` multiply-adds, ``AUTO_SHARDED_MIN_WORK · (W - 1)`` in the fitted range.
 AUTO_LOGIT_COST = 128
 AUTO_SHARDED_MIN_WORK = 25_000_000
+#: Beyond the three ranks of the fit, each further rank adds one hop to the sharded strategy's ring collectives
+#: (gloo's all-reduce and all-gather take ``W - 1`` hops), worth this many multiply-adds: about 20 us of a TCP hop
+#: (docs/guide/scaling.rst's 10-30 us) at the 25 multiply-adds per ns measured here, 1/50 of a fitted peer (whose
+#: cost at W <= 3 is mostly the collectives' fixed overhead). Without it the fitted per-peer cost, extrapolated,
+#: kept ``"replicated"`` (``N x N`` logits on every rank) up to 4096 rows at W = 1024.
+AUTO_HOP_WORK = 500_000
 #: ``"auto"`` picks ``"ring"`` when the picked strategy's logits and their gradient (8 bytes per logit at float32 and
 #: below, 16 at float64) would take more than this many bytes on the slowest rank: ``N × N`` replicated,
 #: ``B_max × N`` sharded. Read at every choice: a program may set it (on every rank alike) before its calls.
 AUTO_MEMORY_BYTES = 1 << 30
+
+
+def sharded_cost(world: int) -> int:
+    """What the sharded strategy's extra collectives cost at ``world`` ranks, in multiply-adds of saved work:
+    :data:`AUTO_SHARDED_MIN_WORK` per peer up to three ranks (the fitted range), then :data:`AUTO_HOP_WORK` per
+    further rank.
+
+    Example:
+        >>> sharded_cost(2), sharded_cost(3), sharded_cost(1024)
+        (25000000, 50000000, 560500000)
+    """
+    return AUTO_SHARDED_MIN_WORK * (min(world, 3) - 1) + AUTO_HOP_WORK * max(world - 3, 0)
 
 
 def auto_strategy(total: int, largest: int, width: int, world: int, itemsize: int = 4, views: int = 1) -> str:
@@ -164,7 +182,7 @@ def auto_strategy(total: int, largest: int, width: int, world: int, itemsize: in
     n, b = views * total, views * largest  # candidates, and the anchors of the largest rank
     per_logit = 2 * max(itemsize, 4)  # a logit and its gradient, in the accumulation dtype (float32 at least)
     saved = (n - b) * n * (width + AUTO_LOGIT_COST)
-    pick = "sharded" if world > 1 and saved >= AUTO_SHARDED_MIN_WORK * (world - 1) else "replicated"
+    pick = "sharded" if world > 1 and saved >= sharded_cost(world) else "replicated"
     if pick == "replicated" and n * n * per_logit > AUTO_MEMORY_BYTES:
         pick = "sharded" if world > 1 else "ring"
     if pick == "sharded" and b * n * per_logit > AUTO_MEMORY_BYTES:

@@ -297,6 +297,16 @@ def test_the_rule_by_hand() -> None:
     # one rank: replicated (the plain loss), ring when the N x N logits would not fit
     assert auto_strategy(100, 100, 64, 1) == "replicated"
     assert auto_strategy(16384, 16384, 64, 1) == "ring"
+    # beyond three ranks each further rank costs one hop, 5e5: W = 4, 4 x 128 rows, width 64:
+    # 384 * 512 * 192 = 37.7e6 < 25e6 * 2 + 5e5 = 50.5e6: replicated; width 128: 50.3e6, replicated; 129: sharded
+    assert auto_strategy(512, 128, 64, 4) == "replicated"
+    assert auto_strategy(512, 128, 128, 4) == "replicated"
+    assert auto_strategy(512, 128, 129, 4) == "sharded"
+    # W = 1024, 4 rows of width 8 per rank: 4092 * 4096 * 136 = 2.28e9 >= 25e6 * 2 + 5e5 * 1021 = 5.6e8: sharded
+    # (by the fitted per-peer cost alone, 25e6 * 1023 = 2.6e10, it was replicated: N x N logits on every rank)
+    assert auto_strategy(4096, 4, 8, 1024) == "sharded"
+    # W = 256, 4 rows of width 8: 1020 * 1024 * 136 = 1.42e8 < 5e7 + 5e5 * 253 = 1.77e8: replicated
+    assert auto_strategy(1024, 4, 8, 256) == "replicated"
 
 
 # ------------------------------------------------------------- what auto adds to a call: one exchange, once
