@@ -286,7 +286,7 @@ def host(group: Group) -> Host:
 
 def _host_of(state: _GroupState) -> Host:
     if state.host is None:
-        state.host = make_host(state.ref(), state.rank, state.size)
+        state.host = make_host(state.ref, state.rank, state.size)
     return state.host
 
 

@@ -24,8 +24,7 @@ like gloo's own ring collectives (``W - 1`` hops for an all-gather, ``2(W - 1)``
 from __future__ import annotations
 
 import datetime
-import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -64,31 +63,32 @@ class Host:
     """How one group's headers travel: over ``channel`` (the group itself, or its gloo twin), as ``rank`` of
     ``size`` ranks. ``twin`` says which."""
 
-    __slots__ = ("_channel", "_scratch", "_strong", "rank", "size", "twin")
+    __slots__ = ("_channel", "_scratch", "rank", "size", "twin")
 
-    def __init__(self, channel: Any, rank: int, size: int, twin: bool) -> None:
+    def __init__(self, channel: Callable[[], Any], rank: int, size: int, twin: bool) -> None:
         self.rank, self.size, self.twin = rank, size, twin
-        # The user's group is held weakly: once torch's destroy_process_group drops it, it must end then (with its
-        # worker threads), not at interpreter exit, where ending a gloo backend can abort the process. A twin is
-        # the package's own and lives as long as this object.
-        self._strong = twin
-        try:
-            self._channel: Any = channel if twin else weakref.ref(channel)
-        except TypeError:  # a group object without weak references
-            self._channel, self._strong = channel, True
+        self._channel = channel  # returns the channel: see make_host
         self._scratch: tuple[Any, ...] | None = None  # (scratch tensor, its NumPy view, the buffer, its view)
 
     @property
     def channel(self) -> Any:
         """The group the headers travel over."""
-        return self._channel if self._strong else self._channel()
+        return self._channel()
 
 
-def make_host(pg: Any, rank: int, size: int) -> Host:
-    """The :class:`Host` of process group ``pg`` (of ``size`` ranks, this process being ``rank``)."""
+def make_host(group: Callable[[], Any], rank: int, size: int) -> Host:
+    """The :class:`Host` of the process group that ``group()`` returns (of ``size`` ranks, this process being
+    ``rank``).
+
+    ``group`` is how the caller holds the group (a weak reference): the user's group must end when torch's
+    ``destroy_process_group`` drops it (with its worker threads), not at interpreter exit, where ending a gloo
+    backend can abort the process. A twin is the package's own and lives as long as the :class:`Host`.
+    """
+    pg = group()
     if carries_cpu(pg):
-        return Host(pg, rank, size, twin=False)
-    return Host(_twin(pg, rank, size), rank, size, twin=True)
+        return Host(group, rank, size, twin=False)
+    twin = _twin(pg, rank, size)
+    return Host(lambda: twin, rank, size, twin=True)
 
 
 def _twin(pg: Any, rank: int, size: int) -> Any:
