@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from tests._helpers import harness
+from tests._helpers import harness, scheduling
 from tests._helpers.markers import COMPILE, DISTRIBUTED, guard, kinds_of_function
 
 # scripts that tests run in subprocesses (they import lightning at module level): not modules to doctest
@@ -41,11 +41,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for kind in sorted(_kinds(item)):
             if item.get_closest_marker(kind) is None:
                 item.add_marker(kind)
-        if item.get_closest_marker(DISTRIBUTED) is not None and item.get_closest_marker("one_child") is None:
-            # under ``pytest -n 2 --dist loadgroup`` (make test): every test that starts several processes on one
-            # worker, one after another (no two of them share the two cores); the in-process tests, and those that
-            # start one child at a time (marked ``one_child`` by hand), on the other
-            item.add_marker(pytest.mark.xdist_group("processes"))
+
+
+# ``make test`` (``pytest -n 2 --dist loadgroup``): the process tests on one worker one at a time, the other tests
+# a module at a time (tests/_helpers/scheduling.py says why xdist's own groups are not used)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    scheduling.start(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reports the collection to the controller
+def pytest_collection_finish(session: pytest.Session) -> None:
+    scheduling.write_groups(session)
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown to pytest without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    return scheduling.make_scheduler(config, log)
 
 
 @pytest.fixture(autouse=True)

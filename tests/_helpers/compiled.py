@@ -153,46 +153,64 @@ def compiled_equals_eager(
 
 
 def check_cases(
-    rank: int, world: int, cases: list[tuple], backend: str = "eager", steps: int = 20, warmup: int = 2
+    rank: int,
+    world: int,
+    cases: list[tuple],
+    backend: str = "eager",
+    steps: int = 20,
+    warmup: int = 2,
+    fullgraph: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Per case, one compiled step and an eager twin (same seeded model and data), run side by side:
 
     - ``breaks``/``reasons``: the graph breaks Dynamo made while compiling (during warm-up);
     - ``new_frames``: frames compiled during the ``steps`` steps after warm-up (a recompile or a new frame; 0);
-    - ``worst``: the largest difference between compiled and eager values, gradients and ``compute()``.
+    - ``worst``: the largest difference between compiled and eager values, gradients and ``compute()``;
+    - ``error``: with ``fullgraph=True`` (no graph break allowed), what compiling raised, else ``None``.
     """
     out = {}
     for case in cases:
-        torch._dynamo.reset()
-        counters.clear()
-        step_e, batch, model_e, crit_e = make_step(case, rank, world)
-        step_c, _, model_c, crit_c = make_step(case, rank, world)
-        compiled = torch.compile(step_c, backend=backend)
-        worst, frames = 0.0, 0
-        for i in range(warmup + steps):
-            if i == warmup:
-                frames = counters["frames"]["total"]
-                HOST_ROUND_TRIPS.clear()
-            for p in (*model_e.parameters(), *model_c.parameters()):
-                p.grad = None
-            value_e, value_c = _total(step_e(*batch)), _total(compiled(*batch))
-            value_e.backward()
-            value_c.backward()
-            if i < warmup or i == warmup + steps - 1:  # the comparisons cost more than the steps
-                worst = max(worst, (value_e - value_c).abs().item())
-                for pe, pc in zip(model_e.parameters(), model_c.parameters()):
-                    worst = max(worst, (pe.grad - pc.grad).abs().max().item())
-        if not isinstance(crit_e, MetricCollection):
-            worst = max(worst, (crit_e.compute() - crit_c.compute()).abs().item())
-        out[str(case)] = {
-            "breaks": sum(counters["graph_break"].values()),
-            "reasons": sorted({r.splitlines()[0] for r in counters["graph_break"]}),
-            "new_frames": counters["frames"]["total"] - frames,
-            "worst": worst,
-            "host_per_step": {name: n / steps for name, n in HOST_ROUND_TRIPS.items()},
-        }
+        try:
+            out[str(case)] = {**_check_case(case, rank, world, backend, steps, warmup, fullgraph), "error": None}
+        except Exception as err:
+            if not fullgraph:
+                raise
+            out[str(case)] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0]}"}
     torch._dynamo.reset()
     return out
+
+
+def _check_case(
+    case: tuple, rank: int, world: int, backend: str, steps: int, warmup: int, fullgraph: bool
+) -> dict[str, Any]:
+    torch._dynamo.reset()
+    counters.clear()
+    step_e, batch, model_e, crit_e = make_step(case, rank, world)
+    step_c, _, model_c, crit_c = make_step(case, rank, world)
+    compiled = torch.compile(step_c, backend=backend, fullgraph=fullgraph)
+    worst, frames = 0.0, 0
+    for i in range(warmup + steps):
+        if i == warmup:
+            frames = counters["frames"]["total"]
+            HOST_ROUND_TRIPS.clear()
+        for p in (*model_e.parameters(), *model_c.parameters()):
+            p.grad = None
+        value_e, value_c = _total(step_e(*batch)), _total(compiled(*batch))
+        value_e.backward()
+        value_c.backward()
+        if i < warmup or i == warmup + steps - 1:  # the comparisons cost more than the steps
+            worst = max(worst, (value_e - value_c).abs().item())
+            for pe, pc in zip(model_e.parameters(), model_c.parameters()):
+                worst = max(worst, (pe.grad - pc.grad).abs().max().item())
+    if not isinstance(crit_e, MetricCollection):
+        worst = max(worst, (crit_e.compute() - crit_c.compute()).abs().item())
+    return {
+        "breaks": sum(counters["graph_break"].values()),
+        "reasons": sorted({r.splitlines()[0] for r in counters["graph_break"]}),
+        "new_frames": counters["frames"]["total"] - frames,
+        "worst": worst,
+        "host_per_step": {name: n / steps for name, n in HOST_ROUND_TRIPS.items()},
+    }
 
 
 def count_break_points(rank: int, world: int, cases: list[tuple]) -> dict[str, Any]:
@@ -269,23 +287,6 @@ def funcol_gradients(rank: int, world: int) -> dict[str, float]:
     with torch.no_grad():
         errors["sum_across_ranks value"] = (sum_across_ranks(x0, None, world) - expected_sum).abs().max().item()
     return errors
-
-
-def fullgraph_calls(rank: int, world: int, cases: list[tuple]) -> dict[str, str]:
-    """Per case: ``"ok"`` when the step compiles with ``fullgraph=True`` (no graph break allowed), else the error."""
-    out = {}
-    for case in cases:
-        torch._dynamo.reset()
-        step, batch, _, _ = make_step(case, rank, world)
-        try:
-            compiled = torch.compile(step, backend="eager", fullgraph=True)
-            for _ in range(2):
-                _total(compiled(*batch)).backward()
-            out[str(case)] = "ok"
-        except Exception as err:  # reported, not raised: every case is checked
-            out[str(case)] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
-    torch._dynamo.reset()
-    return out
 
 
 def nan_aggregators(strategy: Any) -> dict[str, dict[str, Any]]:

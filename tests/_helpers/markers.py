@@ -61,8 +61,15 @@ class _Module:
         self.name = name
         self.aliases: dict[str, str] = {}  # local name -> fully qualified dotted name
         self.defs: dict[str, list[ast.AST]] = {}
+        self._refs: dict[str, tuple[str, ...]] = {}
         for node in tree.body:
             self._add(node)
+
+    def refs(self, name: str) -> tuple[str, ...]:
+        """What the definition of ``name`` mentions, resolved (parsed once: every test's analysis walks them)."""
+        if name not in self._refs:
+            self._refs[name] = _resolved(self, self.defs[name])
+        return self._refs[name]
 
     def _add(self, node: ast.AST) -> None:
         if isinstance(node, ast.Import):
@@ -148,11 +155,15 @@ def _primitive(qualified: str) -> str | None:
     return None
 
 
-def _kinds(module: _Module, nodes: list[ast.AST], seen: set[str]) -> frozenset[str]:
-    """The marker kinds reached from ``nodes`` written in ``module``, following module-level names."""
+def _resolved(module: _Module, nodes: list[ast.AST]) -> tuple[str, ...]:
+    """The names and strings ``nodes`` mention, fully qualified, each once."""
+    return tuple(dict.fromkeys(ref if ref.startswith("'") else module.resolve(ref) for ref in _references(nodes)))
+
+
+def _kinds(refs: tuple[str, ...], seen: set[str]) -> frozenset[str]:
+    """The marker kinds reached from the qualified names ``refs``, following module-level names."""
     found: set[str] = set()
-    for ref in _references(nodes):
-        qualified = module.resolve(ref) if not ref.startswith("'") else ref
+    for qualified in refs:
         kind = _primitive(qualified)
         if kind is not None:
             found.add(kind)
@@ -161,41 +172,56 @@ def _kinds(module: _Module, nodes: list[ast.AST], seen: set[str]) -> frozenset[s
     return frozenset(found)
 
 
-def _kinds_of_name(qualified: str, seen: set[str]) -> frozenset[str]:
-    """Follow ``pkg.module.name[.attr...]`` into a test-tree module's definition of ``name``."""
+@functools.cache
+def _definition(qualified: str) -> tuple[_Module, str] | None:
+    """The test-tree module and module-level name that ``pkg.module.name[.attr...]`` refers to, if any."""
     parts = qualified.split(".")
     for cut in range(len(parts) - 1, 0, -1):  # the longest prefix that is a test-tree module
         module = _module(".".join(parts[:cut]))
         if module is None:
             continue
-        name = parts[cut]
-        key = f"{module.name}.{name}"
-        if key in seen or name not in module.defs:
-            return frozenset()
-        seen.add(key)
-        return _kinds(module, module.defs[name], seen)
-    return frozenset()
+        return (module, parts[cut]) if parts[cut] in module.defs else None
+    return None
+
+
+def _kinds_of_name(qualified: str, seen: set[str]) -> frozenset[str]:
+    """Follow ``pkg.module.name[.attr...]`` into a test-tree module's definition of ``name``."""
+    found = _definition(qualified)
+    if found is None:
+        return frozenset()
+    module, name = found
+    key = f"{module.name}.{name}"
+    if key in seen:
+        return frozenset()
+    seen.add(key)
+    return _kinds(module.refs(name), seen)
 
 
 def kinds_of_source(source: str, name: str, module_name: str = "tests._probe") -> frozenset[str]:
     """The marker kinds the module-level function ``name`` of ``source`` reaches (for the analysis' own tests)."""
     _SOURCES[module_name] = module = _Module(module_name, ast.parse(source))
-    return _kinds(module, module.defs[name], {f"{module_name}.{name}"})
+    _definition.cache_clear()
+    _analysed.cache_clear()
+    return _kinds(module.refs(name), {f"{module_name}.{name}"})
 
 
 def kinds_of_function(func: Callable[..., Any], cls: type | None = None) -> frozenset[str]:
     """The marker kinds a test function (or method of the test class ``cls``) or fixture function reaches."""
     func = inspect.unwrap(func)
-    module = _module(getattr(func, "__module__", "") or "")
+    return _analysed(getattr(func, "__module__", "") or "", func.__name__, cls.__name__ if cls is not None else None)
+
+
+@functools.cache  # a parametrized test's items, and the fixtures many tests share, are analysed once
+def _analysed(module_name: str, name: str, cls_name: str | None) -> frozenset[str]:
+    module = _module(module_name)
     if module is None:
         return frozenset()
-    if cls is not None and cls.__name__ in module.defs:
-        nodes = _method_nodes(module.defs[cls.__name__], func.__name__)
-        return _kinds(module, nodes, {f"{module.name}.{cls.__name__}"})
-    name = func.__name__
+    if cls_name is not None and cls_name in module.defs:
+        nodes = _method_nodes(module.defs[cls_name], name)
+        return _kinds(_resolved(module, nodes), {f"{module.name}.{cls_name}"})
     if name not in module.defs:
         return frozenset()
-    return _kinds(module, module.defs[name], {f"{module.name}.{name}"})
+    return _kinds(module.refs(name), {f"{module.name}.{name}"})
 
 
 def _method_nodes(class_nodes: list[ast.AST], method: str) -> list[ast.AST]:
