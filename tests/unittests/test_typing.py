@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -95,12 +96,13 @@ _ERROR = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d+): error: (?P<message>.*)$"
 
 
 @pytest.fixture(scope="module")
-def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[int, str]]]:
+def mypy_errors() -> dict[str, list[tuple[int, str]]]:
     """One mypy run over the user's script and the package: errors by file, ``(line, message)``."""
     # kept between runs, one folder per checkout: mypy checks every cached module against its source (about 1 s
-    # warm, 15-30 s cold); the script keeps its path too, since mypy reports a cached module's errors by its path
+    # warm, 15-30 s cold); the script keeps its path too, since mypy reports a cached module's errors by its path.
+    # In the system's temporary folder, not beside pytest's: under pytest-xdist that one is new in every run
     checkout = hashlib.sha1(str(ROOT).encode()).hexdigest()[:10]
-    tmp = tmp_path_factory.getbasetemp().parent / f"torchmetrics_diff_typing_{checkout}"
+    tmp = Path(tempfile.gettempdir()) / f"torchmetrics_diff_typing_{checkout}"
     tmp.mkdir(exist_ok=True)
     script = tmp / "user_script.py"
     if not script.exists() or script.read_text() != USER_SCRIPT:
