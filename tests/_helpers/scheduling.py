@@ -48,14 +48,19 @@ def group_of(item: pytest.Item) -> str:
     """The group of one collected test: ``processes`` or its module's path."""
     if item.get_closest_marker("distributed") is not None and item.get_closest_marker("one_child") is None:
         return PROCESSES
-    return item.nodeid.split("::")[0]
+    return _module_of(item.nodeid)
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::")[0]
 
 
 def start(config: pytest.Config) -> None:
     """In the controller of ``pytest -n N --dist loadgroup``: name the folder the workers write their groups to."""
-    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+    if hasattr(config, "workerinput"):
         return
-    if config.getoption("dist", "no") != "loadgroup":
+    os.environ.pop(_FOLDER, None)  # a pytest run inside a test: not the outer run's folder
+    if not config.getoption("numprocesses", None) or config.getoption("dist", "no") != "loadgroup":
         return
     os.environ[_FOLDER] = tempfile.mkdtemp(prefix="torchmetrics_diff_groups_")
     config.add_cleanup(_forget)
@@ -86,7 +91,7 @@ def read_groups(folder: Path) -> dict[str, str]:
 
 def scope_of(groups: dict[str, str], nodeid: str) -> str:
     """The scheduler's scope of one test: its group, or its module where the map does not list it."""
-    return groups.get(nodeid) or nodeid.split("::")[0]
+    return groups.get(nodeid) or _module_of(nodeid)
 
 
 #: tests that keep several cores busy for long (torch.compile on every rank): a worker runs them after its other
@@ -100,11 +105,10 @@ def last_when_alone(nodeid: str) -> bool:
 
 
 def make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """The scheduler of ``make test`` (:func:`scheduler`), or ``None`` (xdist's own) outside it."""
+    """The scheduler of ``make test`` (:func:`scheduler`), or ``None`` (xdist's own) outside it (:func:`start`
+    named no folder)."""
     folder = os.environ.get(_FOLDER)
-    if not folder or config.getoption("dist", "no") != "loadgroup":
-        return None
-    return scheduler(config, log, Path(folder))
+    return scheduler(config, log, Path(folder)) if folder else None
 
 
 def scheduler(config: pytest.Config, log: Any, folder: Path) -> Any:
