@@ -19,8 +19,9 @@ import torch
 from tests._helpers import harness, scheduling
 from tests._helpers.markers import COMPILE, DISTRIBUTED, guard, kinds_of_function
 
-# scripts that tests run in subprocesses (they import lightning at module level): not modules to doctest
-collect_ignore_glob = ["integration/lightning/run_*.py"]
+# not modules to doctest: scripts that tests run in subprocesses (they import lightning at module level), and what
+# the harness's fork server imports (it limits threads, which must not happen in the test process)
+collect_ignore_glob = ["integration/lightning/run_*.py", "_helpers/worker_preload.py"]
 
 
 def _kinds(item: pytest.Item) -> set[str]:
@@ -49,6 +50,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     scheduling.start(config)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: one core of its own at most
+        torch.set_num_threads(1)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reports the collection to the controller

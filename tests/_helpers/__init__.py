@@ -3,7 +3,7 @@
 One definition of each helper, by job:
 
 - :mod:`.harness`: run a test body on N gloo ranks in persistent per-rank worker processes (the benchmarks use
-  its one-off form, :func:`.harness.run_once`);
+  its one-off form, :func:`.harness.run_once`); :mod:`.worker_preload`: what its fork server imports once;
 - :mod:`.seeds`: seeds equal in every process, seeded tensors, a rank's rows of a global batch;
 - :mod:`.checks`: collect failures as strings on a rank, compare tensors, fingerprint results;
 - :mod:`.collectives`: record the collectives a block of code issues;

@@ -1,7 +1,10 @@
 """Run a test body on N gloo ranks in persistent worker processes.
 
 Why persistent workers: spawning a process and importing torch costs seconds on the 2-core CI machines, so
-each world size (1, 2, 3) gets one lazily created pool of N spawned workers that lives for the whole session.
+each world size (1, 2, 3) gets one lazily created pool of N workers that lives for the whole session. The pools'
+workers are forked by a fork server that has imported torch, the package and torchmetrics once
+(:mod:`tests._helpers.worker_preload`): a pool rebuilt after a failure starts in a fraction of a second instead of
+each worker importing them again.
 Worker i is always rank i because it owns task queue i; nothing hands tasks to "any free worker", which is how
 torchmetrics' ``Pool.map`` harness scrambled rank identity. Any failure or timeout tears the pool down: a
 failed collective can leave the process group unusable, and rebuilding costs seconds where a hang costs the
@@ -62,8 +65,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _limit_threads() -> None:
+    """One thread per rank, gloo on the loopback interface: set before torch is imported (torch reads the thread
+    variables when it loads), which is why this module imports torch lazily."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = "1"
+    if "GLOO_SOCKET_IFNAME" not in os.environ and "lo" in {name for _, name in socket.if_nameindex()}:
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo off real interfaces and hostname lookups
+
+
 def _exit_if_orphaned(parent_pid: int) -> None:
-    """Kill this worker once its parent is gone, even if a test body is stuck in a sleep or collective."""
+    """Kill this worker once its parent is gone, even if a test body is stuck in a sleep or collective.
+
+    The parent is the process that started it: the test process, or the fork server (which exits with the test
+    process)."""
     while os.getppid() == parent_pid:
         time.sleep(1.0)
     os._exit(1)
@@ -75,7 +90,6 @@ def _worker(
     port: int,
     tasks: Any,
     results: Any,
-    parent_pid: int,
     pg_timeout: float = _PG_TIMEOUT_S,
     init_group: bool = True,
 ) -> None:
@@ -85,12 +99,9 @@ def _worker(
     ``"ok"`` and traceback text for ``"error"``. Values are pickled here, not by the queue's feeder thread,
     so that an unpicklable return value is reported as this rank's failure instead of being lost.
     """
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = "1"  # set before torch is imported, which is why torch is imported lazily
-    if "GLOO_SOCKET_IFNAME" not in os.environ and "lo" in {name for _, name in socket.if_nameindex()}:
-        os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo off real interfaces and hostname lookups
+    _limit_threads()  # (already done where the fork server imported torch)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business; it kills the pool
-    threading.Thread(target=_exit_if_orphaned, args=(parent_pid,), daemon=True).start()
+    threading.Thread(target=_exit_if_orphaned, args=(os.getppid(),), daemon=True).start()
     try:
         import torch
         import torch.distributed as dist
@@ -129,10 +140,13 @@ def _worker(
 
 
 class _Pool:
-    """``world_size`` spawned workers; worker i owns task queue i and is rank i for its whole life."""
+    """``world_size`` workers (spawned, or forked by the fork server); worker i owns task queue i and is rank i for
+    its whole life."""
 
-    def __init__(self, world_size: int, pg_timeout: float = _PG_TIMEOUT_S, init_group: bool = True) -> None:
-        ctx = mp.get_context("spawn")
+    def __init__(
+        self, world_size: int, pg_timeout: float = _PG_TIMEOUT_S, init_group: bool = True, forked: bool = False
+    ) -> None:
+        ctx = _fork_server() if forked else mp.get_context("spawn")
         self.world_size = world_size
         self.results = ctx.Queue()
         self.tasks = [ctx.Queue() for _ in range(world_size)]
@@ -141,7 +155,7 @@ class _Pool:
         self.procs = [
             ctx.Process(
                 target=_worker,
-                args=(rank, world_size, port, self.tasks[rank], self.results, os.getpid(), pg_timeout, init_group),
+                args=(rank, world_size, port, self.tasks[rank], self.results, pg_timeout, init_group),
                 name=f"harness-rank{rank}-of-{world_size}",
                 daemon=True,
             )
@@ -211,6 +225,21 @@ class _Pool:
 
 _POOLS: dict[int, _Pool] = {}
 
+#: what the fork server imports before it forks a pool's workers (the module sets the thread limits first)
+_PRELOAD = ["tests._helpers.worker_preload"]
+
+
+def _fork_server() -> Any:
+    """The multiprocessing context of the persistent pools: processes forked by a server started on first use,
+    which imported :data:`_PRELOAD` (torch included) once. The server is a fresh process (no thread of the test
+    process, no CUDA context), so forking it is safe. Where there is no fork server (Windows), spawned
+    interpreters."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
 
 def _describe_exit(code: int) -> str:
     if code < 0:
@@ -230,10 +259,11 @@ def _start_pool(
     pg_timeout: float = _PG_TIMEOUT_S,
     init_group: bool = True,
     startup_timeout: float = _STARTUP_TIMEOUT_S,
+    forked: bool = False,
 ) -> _Pool:
     """Start ``world_size`` workers and wait until every one is ready, with a new port on each try."""
     for _ in range(_STARTUP_ATTEMPTS):
-        pool = _Pool(world_size, pg_timeout, init_group)
+        pool = _Pool(world_size, pg_timeout, init_group, forked)
         try:
             _, errors, missing = pool.collect(_READY, startup_timeout, grace=0.0)
         except BaseException:
@@ -258,7 +288,7 @@ def _get_pool(world_size: int) -> _Pool:
     if pool is not None and all(proc.is_alive() for proc in pool.procs):
         return pool
     _drop(world_size)
-    _POOLS[world_size] = pool = _start_pool(world_size)
+    _POOLS[world_size] = pool = _start_pool(world_size, forked=True)
     return pool
 
 
@@ -322,6 +352,7 @@ def run_once(
     timeout: float = 600.0,
     pg_timeout: float = 1800.0,
     init_group: bool = True,
+    forked: bool = False,
     **kwargs: Any,
 ) -> list:
     """Run ``fn(rank, world_size, *args, **kwargs)`` once on ``world_size`` fresh processes; return values by rank.
@@ -330,7 +361,9 @@ def run_once(
     needs: its peak memory is its own, and environment variables set before the call reach the workers), any
     world size is allowed, start-up may take as long as ``timeout`` (eight ranks importing torch on two busy
     cores), ``pg_timeout`` bounds each collective (a benchmark step can take seconds under load), and
-    ``init_group=False`` runs without a process group.
+    ``init_group=False`` runs without a process group. ``forked=True`` (for tests) forks the workers from the
+    persistent pools' fork server instead of spawning interpreters: no imports to pay, but the environment is the
+    server's (as it was when it started) and a worker ends with ``os._exit`` (no interpreter shutdown).
 
     Raises:
         DistributedTestFailure: a rank raised or died, or not every rank finished within ``timeout`` seconds
@@ -339,7 +372,7 @@ def run_once(
     if spawn_guard is not None:
         spawn_guard()
     blob = pickle.dumps((fn, args, kwargs))
-    pool = _start_pool(world_size, pg_timeout, init_group, startup_timeout=timeout)
+    pool = _start_pool(world_size, pg_timeout, init_group, startup_timeout=timeout, forked=forked)
     failed = False
 
     def kill() -> None:
@@ -355,17 +388,26 @@ def run_once(
 
 
 def run_once_with_departures(
-    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0, pg_timeout: float = 10.0, **kwargs: Any
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 120.0,
+    pg_timeout: float = 10.0,
+    forked: bool = False,
+    **kwargs: Any,
 ) -> list:
-    """Like :func:`run_once`, for a body in which some ranks leave on purpose (``os._exit``, a lost connection).
+    """Like :func:`run_once` (``forked`` too), for a body in which some ranks leave on purpose (``os._exit``, a lost
+    connection).
 
     Returns the value of each rank that finished, and for each rank that did not a string ``"left: ..."`` (its
     process died) or ``"error: ..."`` (it raised; the traceback). The survivors have the grace period of
     :meth:`_Pool.collect` after the first departure, so ``pg_timeout`` (each collective's bound) must be shorter
     than that for a survivor stuck in a collective to raise in time; the workers are always killed at the end.
     """
+    if spawn_guard is not None:
+        spawn_guard()
     blob = pickle.dumps((fn, args, kwargs))
-    pool = _start_pool(world_size, pg_timeout, startup_timeout=timeout)
+    pool = _start_pool(world_size, pg_timeout, startup_timeout=timeout, forked=forked)
     try:
         done, errors, _ = pool.collect(pool.submit(blob), timeout, grace=max(_GRACE_S, pg_timeout + 5.0))
     finally:

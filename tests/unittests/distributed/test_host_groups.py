@@ -149,7 +149,7 @@ def _alive(refs: list[Any]) -> int:
 
 
 def test_twins_never_hang_whatever_groups_exist_or_come_first() -> None:
-    results = run_once(_scenarios_body, WORLD, free_port(), init_group=False, timeout=200)
+    results = run_once(_scenarios_body, WORLD, free_port(), init_group=False, forked=True, timeout=200)
     for rank, res in enumerate(results):
         assert res["twin"], f"rank {rank}: the stand-in declares no CPU: the headers need a gloo twin"
         assert res["after new_group([0, 1])"] == pytest.approx(1.5), res
@@ -200,7 +200,7 @@ def _timeout_body(rank: int, world: int, port: int) -> dict[str, Any]:
 
 
 def test_a_twin_raises_within_twice_the_groups_timeout_on_every_rank() -> None:
-    results = run_once(_timeout_body, WORLD, free_port(), init_group=False, timeout=200)
+    results = run_once(_timeout_body, WORLD, free_port(), init_group=False, forked=True, timeout=200)
     for rank, res in enumerate(results):
         failure = problem(f"rank {rank}", res["got"], "RuntimeError", ("SumMetric",))
         assert not failure, failure

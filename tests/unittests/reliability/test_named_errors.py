@@ -109,7 +109,7 @@ def _rank_2_exits_body(rank: int, world: int) -> Any:
 
 
 def test_a_peer_that_exits_is_named_as_a_peer_that_left() -> None:
-    results = run_once_with_departures(_rank_2_exits_body, 3, pg_timeout=5.0, timeout=150.0)
+    results = run_once_with_departures(_rank_2_exits_body, 3, pg_timeout=5.0, forked=True, timeout=150.0)
     assert isinstance(results[2], str) and results[2].startswith("left:"), results[2]
     needles = ("left during 'MulticlassAccuracy.sync'", "its process exited or lost its connection", "(gloo: ")
     problems = [problem(f"rank {rank}", results[rank], "PeerLeftError", needles, within=8.0) for rank in (0, 1)]
