@@ -1,4 +1,5 @@
-"""Data, model and an independent reference for the Lightning and Fabric runs (imported by the scripts and the test).
+"""Data, model and an independent reference for the Lightning and Fabric runs (imported by the scripts and the
+tests), and how the tests start a run script and read its CSV log.
 
 Two ranks, two epochs of two steps. Every step's global batch has 5 rows, split 3 + 2 between the ranks (uneven).
 The towers are trained with plain SGD, so the reference replays the same steps on one process: the global batch,
@@ -7,7 +8,14 @@ the same initial weights, the gradient of the one-device loss, the same update.
 
 from __future__ import annotations
 
+import csv
 import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -189,3 +197,64 @@ def reference_log_dict() -> dict[str, list[float]]:
         for key, value in epoch_values.items():
             out.setdefault(key, []).append(value)
     return out
+
+
+# ---------------------------------------------------------------------------------------- running the scripts
+SCRIPTS = Path(__file__).resolve().parents[1] / "integration" / "lightning"
+#: how long one run script may take (the three runs of ``run_ddp.py`` together)
+TIMEOUT_S = 240
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_script(script: str, out: Path) -> str:
+    """Run ``tests/integration/lightning/<script> out`` in a new session (Lightning and Fabric re-launch their own
+    script for rank 1, so a run cannot happen inside pytest's process); kill every process of it after
+    ``TIMEOUT_S``. Fails the calling test on a timeout or a non-zero exit; returns the output."""
+    import pytest
+
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "PYTHONWARNINGS": "ignore",
+    }
+    for var in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK"):  # a fresh launch, whatever pytest runs under
+        env.pop(var, None)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / script), str(out)],
+        cwd=SCRIPTS.parents[2],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        text, _ = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{script} did not finish within {TIMEOUT_S}s")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, f"{script} exited with {proc.returncode}:\n{text[-5000:]}"
+    return text
+
+
+def logged(out: Path) -> dict[str, list[float]]:
+    """Each column of rank 0's ``metrics.csv`` in ``out``, in row order, empty cells skipped."""
+    with open(out / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    columns: dict[str, list[float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if value not in ("", None):
+                columns.setdefault(key, []).append(float(value))
+    return columns

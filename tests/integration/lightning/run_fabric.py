@@ -34,8 +34,7 @@ class TwoTower(torch.nn.Module):
         return F.normalize(self.img(img), dim=1), F.normalize(self.txt(txt), dim=1)
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
+def main(out: Path) -> None:
     torch.set_num_threads(1)
     fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp", loggers=CSVLogger(str(out), name="", version=""))
     fabric.launch()
@@ -74,4 +73,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]))

@@ -117,8 +117,7 @@ class Logged(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
+def main(out: Path) -> None:
     torch.set_num_threads(1)
     module = Logged()
     trainer = L.Trainer(
@@ -147,4 +146,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]))

@@ -77,8 +77,7 @@ class TwoTower(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=C.LR)
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
+def main(out: Path) -> None:
     torch.set_num_threads(1)
     module = TwoTower()
     trainer = L.Trainer(
@@ -102,4 +101,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]))

@@ -21,7 +21,6 @@ import torch
 
 import torchmetrics_diff as T
 from tests._helpers import lightning_runs as C
-from tests.integration.lightning.test_lightning import TIMEOUT_S, _logged, _run
 from torchmetrics_diff import Accuracy, MetricCollection, SumMetric
 from torchmetrics_diff import wrappers as W
 from torchmetrics_diff.retrieval import CrossModalMRR, CrossModalRecallAtK
@@ -218,20 +217,20 @@ def _class_counts(stage: str, epoch: int, rank: int) -> dict[str, list[int]]:
     return {"tp": tp, "fn": fn}
 
 
-@pytest.mark.timeout(TIMEOUT_S + 30)
-def test_trainer_ddp_log_dict_logs_each_entry_of_dict_valued_members(tmp_path: Path) -> None:
+@pytest.mark.timeout(C.TIMEOUT_S + 30)
+def test_trainer_ddp_log_dict_logs_each_entry_of_dict_valued_members(ddp_runs: Path) -> None:
     """``self.log_dict(collection)`` of a collection holding ``CrossModalMRR`` and ``ClasswiseWrapper`` members,
     two epochs under ``Trainer(strategy="ddp", devices=2)``: the flattened keys, the global values of each epoch
     (so the members were reset between epochs), each member computed once per epoch, no ``sync_dist`` warning."""
-    _run("run_log_dict.py", tmp_path)
-    logged, expected = _logged(tmp_path), C.reference_log_dict()
+    out = ddp_runs / "log_dict"
+    logged, expected = C.logged(out), C.reference_log_dict()
     ours = {k: v for k, v in logged.items() if k.startswith(("val/", "train/")) and k != "val/control"}
     assert sorted(ours) == sorted(expected)
     for key, want in expected.items():
         # one value per epoch (per step for _step): float32 states and values
         assert ours[key] == pytest.approx(want, rel=1e-6, abs=1e-7), key
     # the control: a tensor logged without sync_dist gets Lightning's warning; the views' entries do not
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["world"] == 2
     sync_warnings = [w for w in ranks[0]["warnings"] if "sync_dist" in w]
     assert len(sync_warnings) == 1 and "val/control" in sync_warnings[0], sync_warnings
@@ -241,7 +240,7 @@ def test_trainer_ddp_log_dict_logs_each_entry_of_dict_valued_members(tmp_path: P
     # what a checkpoint holds of metric states (both collections persistent; ModelCheckpoint saves at the end of
     # each training epoch): rank 0's own states, unsynced; the validation collection already reset by Lightning
     for epoch in range(C.EPOCHS):
-        checkpoint = torch.load(tmp_path / "checkpoints" / f"epoch={epoch}.ckpt", weights_only=False)
+        checkpoint = torch.load(out / "checkpoints" / f"epoch={epoch}.ckpt", weights_only=False)
         states = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("layer.")}
         counts = _class_counts("train", epoch, rank=0)
         assert states.pop("train_metrics.cw.metric.tp").tolist() == counts["tp"]
