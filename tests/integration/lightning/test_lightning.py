@@ -14,6 +14,7 @@ pickling, and compares what ``trainer.validate`` returned with the whole validat
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -21,7 +22,11 @@ import pytest
 
 from tests._helpers import lightning_runs as C
 
-pytest.importorskip("lightning", reason="the lightning integration tests need the `test` extra")
+# the runs import lightning in processes of their own: here it only has to be installed (importing it would cost
+# seconds in the collection of every pytest worker)
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None, reason="the lightning integration tests need the `test` extra"
+)
 
 
 # logged key -> reference key

@@ -11,6 +11,7 @@ epoch, no ``sync_dist`` warning, and what the checkpoints hold of the metric sta
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 from pathlib import Path
@@ -27,7 +28,11 @@ from torchmetrics_diff.retrieval import CrossModalMRR, CrossModalRecallAtK
 from torchmetrics_diff.wrappers import ClasswiseWrapper
 
 tm = pytest.importorskip("torchmetrics")
-pytest.importorskip("lightning", reason="the lightning integration tests need the `test` extra")
+# the runs import lightning in processes of their own: here it only has to be installed (importing it would cost
+# seconds in the collection of every pytest worker)
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None, reason="the lightning integration tests need the `test` extra"
+)
 
 LABELS = ["cat", "dog", "owl"]
 
