@@ -47,8 +47,8 @@ def _unpicklable(rank: int, world_size: int) -> object:
     return lambda: rank
 
 
-def _group_and_pid(rank: int, world_size: int) -> tuple[bool, int]:
-    return dist.is_initialized(), os.getpid()
+def _group_and_pid(rank: int, world_size: int) -> tuple[bool, int, int]:
+    return dist.is_initialized(), os.getpid(), os.getppid()
 
 
 def _add(rank: int, world_size: int, x: torch.Tensor, *, y: int) -> torch.Tensor:
@@ -123,11 +123,13 @@ def test_unsupported_world_size() -> None:
 
 
 def test_run_once_starts_fresh_workers_of_any_size_and_stops_them() -> None:
-    """The benchmarks' form: new processes per call (their peak memory is their own), no group when asked."""
+    """The benchmarks' form: new processes per call (their peak memory is their own), no group when asked; spawned
+    by this process, or with ``forked=True`` forked by the pools' fork server (what tests use)."""
     (first,) = run_once(_group_and_pid, 1, init_group=False, timeout=120.0)
-    (second,) = run_once(_group_and_pid, 1, init_group=False, timeout=120.0)
+    (second,) = run_once(_group_and_pid, 1, init_group=False, forked=True, timeout=120.0)
     assert first[0] is False and second[0] is False
     assert first[1] != second[1] and os.getpid() not in (first[1], second[1])
+    assert first[2] == os.getpid() and second[2] != os.getpid()  # spawned here; forked by the server
     assert run_once(_identity, 3, timeout=120.0) == [(r, 3, r, 3, 3.0) for r in range(3)]
     with pytest.raises(DistributedTestFailure, match="ValueError: boom on purpose"):
-        run_once(_raise_on_rank1, 2, timeout=120.0)
+        run_once(_raise_on_rank1, 2, forked=True, timeout=120.0)
