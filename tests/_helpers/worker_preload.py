@@ -13,13 +13,10 @@ from tests._helpers import harness
 
 harness._limit_threads()
 
-import torch  # noqa: E402
-import torch.distributed  # noqa: E402
+import torch.distributed  # noqa: E402, F401
 
 import torchmetrics_diff  # noqa: E402
 import torchmetrics_diff.losses  # noqa: E402, F401
-
-torch.set_num_threads(1)
 
 with contextlib.suppress(ImportError):
     import torchmetrics  # noqa: F401
