@@ -20,6 +20,24 @@ from torchmetrics_diff.distributed._reductions import wire_view
 
 Group = Optional[Any]  # a ``ProcessGroup`` or ``None`` for the default (WORLD) group
 
+
+def _bind_torch_nn_defaults() -> None:
+    """Import ``torch.distributed.nn.functional`` now, while no process group exists.
+
+    That module writes ``group=group.WORLD`` in ten functions' signatures, so the default group it finds at its first
+    import stays referenced by their default arguments for the life of the process. torch imports it lazily: the
+    first ``DistributedDataParallel`` loads Dynamo, which loads it. Then ``destroy_process_group()`` cannot free the
+    group, gloo's worker threads outlive it, and one that drops a finished collective's tensors after the interpreter
+    began shutting down aborts a process that had done its work (docs/guide/failure_modes.rst, "Shutting down").
+    Imported before ``init_process_group``, the defaults are ``None``. Imported after, it would capture the group
+    itself, so it is left alone then.
+    """
+    if dist.is_available() and not dist.is_initialized():
+        import torch.distributed.nn.functional  # noqa: F401
+
+
+_bind_torch_nn_defaults()
+
 # torch 2.13 renamed the flat-buffer collectives; older releases only have the first spelling.
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor

@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import datetime
 import gc
+import os
+import sys
 import time
 import weakref
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
+from tests._helpers.doc_blocks import run_command
 from tests._helpers.harness import free_port, run_once
 from tests._helpers.outcomes import outcome, problem
 from torchmetrics_diff import MeanMetric, MetricCollection, SumMetric
@@ -34,6 +39,7 @@ pytestmark = pytest.mark.timeout(240)
 
 WORLD = 4
 STANDIN = "standin_nccl"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _standin(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Any:
@@ -224,3 +230,56 @@ def test_a_destroyed_gloo_group_is_not_kept_alive_until_interpreter_exit() -> No
     interpreter finalization, which sometimes aborted the process ("terminate called without an active
     exception") after a script had finished correctly."""
     assert run_once(_gloo_body, 2, free_port(), init_group=False, timeout=120) == [0, 0]
+
+
+def _threads() -> int | None:
+    """This process's native threads (gloo's workers among them), where the platform lists them."""
+    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+
+
+def _ddp_body(rank: int, world: int, port: int) -> dict[str, Any]:
+    """A DDP step, a metric and a loss; the process's first DDP loads Dynamo, which imports
+    ``torch.distributed.nn.functional`` after the group exists, as in a training script."""
+    early = "torch.distributed.nn.functional" in sys.modules
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    alive = _refs([dist.group.WORLD])
+    model = DDP(torch.nn.Linear(3, 3))
+    model(torch.randn(4, 3)).sum().backward()
+    _world_mean(rank)
+    img, txt = _embeddings(rank, 3)
+    CLIPLoss()(img.requires_grad_(), txt, 2.0).backward()
+    dist.barrier()
+    before = _threads()
+    dist.destroy_process_group()
+    del model
+    after = _threads()
+    return {"imported before the group": early, "alive": _alive(alive), "threads": (before, after)}
+
+
+def test_destroy_process_group_ends_a_ddp_runs_gloo_threads() -> None:
+    """``torch.distributed.nn.functional`` puts the default group in ten default arguments when first imported.
+    Imported after the group exists (DDP loads it), it kept the group, and gloo's worker threads, alive after
+    ``destroy_process_group()``; a worker dropping a finished collective's tensors during interpreter shutdown
+    then aborted a process that had done its work (5 of 80 runs of ``examples/moe_demo.py`` on a loaded machine).
+    Importing the package binds those defaults before any group exists."""
+    for rank, res in enumerate(run_once(_ddp_body, 2, free_port(), init_group=False, forked=True, timeout=120)):
+        assert res["imported before the group"], f"rank {rank}: the package did not import torch.distributed.nn"
+        assert res["alive"] == 0, f"rank {rank}: the default group outlived destroy_process_group()"
+        before, after = res["threads"]
+        if before is not None:  # gloo's two workers and its transport loop are joined
+            assert after <= before - 3, f"rank {rank}: threads {before} before destroy_process_group(), {after} after"
+
+
+def test_the_package_imported_after_the_group_exists_leaves_torch_distributed_nn_alone(tmp_path: Path) -> None:
+    """Imported then, ``torch.distributed.nn.functional`` would capture the group: the package must not import it."""
+    code = (
+        "import sys\n"
+        "import torch.distributed as dist\n"
+        f"dist.init_process_group('gloo', init_method={(tmp_path / 'store').as_uri()!r}, rank=0, world_size=1)\n"
+        "import torchmetrics_diff.losses\n"
+        "print('imported:', 'torch.distributed.nn.functional' in sys.modules)\n"
+        "dist.destroy_process_group()\n"
+    )
+    status, out = run_command([sys.executable, "-c", code], tmp_path, 120, ROOT)
+    assert status == 0, out
+    assert "imported: False" in out, out
