@@ -339,14 +339,20 @@ def run_command(cmd: list[str], cwd: Path, timeout_s: float, root: Path) -> tupl
     return proc.returncode, out
 
 
-def torchrun_command(script: Path) -> list[str]:
-    """``torchrun --standalone --nproc-per-node=2 script`` with this interpreter."""
+RUN_TO_EXIT = Path(__file__).with_name("run_to_exit.py")
+
+
+def torchrun_command(script: Path, *args: str, nproc: int = NPROC) -> list[str]:
+    """``torchrun --standalone --nproc-per-node=2 script args`` with this interpreter, through :mod:`run_to_exit`
+    (which fails a program whose default process group outlives it)."""
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
-        f"--nproc-per-node={NPROC}",
+        f"--nproc-per-node={nproc}",
         "--max-restarts=0",
+        str(RUN_TO_EXIT),
         str(script),
+        *args,
     ]

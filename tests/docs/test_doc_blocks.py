@@ -223,3 +223,21 @@ def test_a_program_that_fails_or_hangs_is_reported(tmp_path: Path) -> None:
     assert rc == 1 and "ZeroDivisionError" in out and "line 6" in out, out
     rc, out = D.run_command([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, 1, ROOT)
     assert rc == -9 and out.startswith("killed after 1s"), out
+
+
+def test_a_torchrun_program_whose_process_group_outlives_it_fails(tmp_path: Path) -> None:
+    """A DDP module left in a global keeps the default group, and gloo's threads, until the interpreter shuts
+    down, where the process may abort after its work: ``run_to_exit`` fails such a program every time."""
+    script = tmp_path / "kept.py"
+    script.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel\n"
+        "dist.init_process_group('gloo')\n"
+        "model = DistributedDataParallel(torch.nn.Linear(2, 2))\n"
+        "dist.barrier()\n"
+        "dist.destroy_process_group()\n",
+        encoding="utf-8",
+    )
+    rc, out = D.run_command(D.torchrun_command(script), tmp_path, 120, ROOT)
+    assert rc != 0 and "held by the DDP module in model" in out, out

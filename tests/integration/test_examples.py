@@ -12,32 +12,18 @@ micro-batches on the ranks.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
+from tests._helpers import doc_blocks as D
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120
 
 
 def _torchrun(script: Path, *args: str, nproc: int = 2) -> str:
-    run = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    cmd = [*run, str(script), *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.communicate()
-        pytest.fail(f"{script.name} did not finish within {TIMEOUT_S}s")
-    assert proc.returncode == 0, f"{script.name} exited with {proc.returncode}:\n{out[-4000:]}"
+    status, out = D.run_command(D.torchrun_command(script, *args, nproc=nproc), ROOT, TIMEOUT_S, ROOT)
+    assert status == 0, f"{script.name} exited with {status}:\n{out[-4000:]}"
     return out
 
 
