@@ -155,6 +155,7 @@ def main() -> int:
             f"epoch {epoch}: train loss {epoch_loss:.4f}  val retrieval@1 {accuracy:.3f}  "
             f"logit scale {model.log_logit_scale.exp().item():.2f}  ({time.perf_counter() - start:.1f}s)"
         )
+    del ddp  # a DDP module holds its process group: free it before destroy_process_group()
     dist.barrier()  # every rank done communicating before any tears down (docs: failure modes, shutting down)
     dist.destroy_process_group()
     return 0

@@ -39,6 +39,6 @@ for epoch in range(2):
         print(f"epoch {epoch}: loss {epoch_loss.item():.4f}")
     loss_fn.reset()
 
-del model  # a DDP module holds its process group: freed now, destroy_process_group() can end it
+del model  # a DDP module holds its process group: free it before destroy_process_group()
 dist.barrier()  # every rank done communicating before any tears down (docs: failure modes, shutting down)
 dist.destroy_process_group()

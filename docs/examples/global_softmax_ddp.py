@@ -67,6 +67,6 @@ torch.testing.assert_close(net.bias.grad, reference.bias.grad)
 epoch_value = loss_fn.compute()  # the accumulated, detached states, synced across ranks
 if rank == 0:
     print(f"step loss {loss.item():.6f}, epoch value {epoch_value.item():.6f}: gradients match")
-del model  # a DDP module holds its process group: freed now, destroy_process_group() can end it
+del model  # a DDP module holds its process group: free it before destroy_process_group()
 dist.barrier()  # every rank done communicating before any tears down (docs: failure modes, shutting down)
 dist.destroy_process_group()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._helpers.doc_blocks import RUN_TO_EXIT
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "train_clip_ddp.py"
 TIMEOUT_S = 180
@@ -39,6 +41,7 @@ def _agent(nproc: int, port: int, run_id: str, *demo_args: str) -> subprocess.Po
         f"--rdzv-endpoint=127.0.0.1:{port}",
         f"--rdzv-id={run_id}",
         "--max-restarts=0",
+        str(RUN_TO_EXIT),  # fails the demo if its group outlives destroy_process_group()
         str(DEMO),
         "--epochs=1",
         *demo_args,

@@ -248,10 +248,10 @@ def _ddp_body(rank: int, world: int, port: int) -> dict[str, Any]:
     _world_mean(rank)
     img, txt = _embeddings(rank, 3)
     CLIPLoss()(img.requires_grad_(), txt, 2.0).backward()
+    del model  # before destroy_process_group(), which then drops the group's last reference
     dist.barrier()
     before = _threads()
     dist.destroy_process_group()
-    del model
     after = _threads()
     return {"imported before the group": early, "alive": _alive(alive), "threads": (before, after)}
 
