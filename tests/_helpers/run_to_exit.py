@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import time
 from typing import Any
 
 import torch.distributed as dist
@@ -24,20 +25,28 @@ import torch.distributed as dist
 _GLOO_WORKER = "pt_gloo_runloop"  # the name torch gives the worker threads of a gloo group
 
 
-def _gloo_workers() -> int:
-    """How many gloo worker threads this process runs (0 where threads cannot be listed)."""
-    count = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 0
-    for task in tasks:
+def _gloo_workers(grace_s: float = 2.0) -> int:
+    """How many gloo worker threads this process runs (0 where threads cannot be listed).
+
+    A thread that was just joined can still be listed for a moment after ``join`` returned (the kernel wakes the
+    joiner before it removes the thread), so a count above zero is taken again until ``grace_s`` has passed.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        count = 0
         try:
-            with open(f"/proc/self/task/{task}/comm", encoding="utf-8") as comm:
-                count += comm.read().strip() == _GLOO_WORKER
-        except OSError:  # the thread ended meanwhile
-            pass
-    return count
+            tasks = os.listdir("/proc/self/task")
+        except OSError:
+            return 0
+        for task in tasks:
+            try:
+                with open(f"/proc/self/task/{task}/comm", encoding="utf-8") as comm:
+                    count += comm.read().strip() == _GLOO_WORKER
+            except OSError:  # the thread ended meanwhile
+                pass
+        if count == 0 or time.monotonic() > deadline:
+            return count
+        time.sleep(0.01)
 
 
 def _main() -> int:
