@@ -344,7 +344,7 @@ RUN_TO_EXIT = Path(__file__).with_name("run_to_exit.py")
 
 def torchrun_command(script: Path, *args: str, nproc: int = NPROC) -> list[str]:
     """``torchrun --standalone --nproc-per-node=2 script args`` with this interpreter, through :mod:`run_to_exit`
-    (which fails a program whose default process group outlives it)."""
+    (which fails a program whose gloo threads outlive ``destroy_process_group()``)."""
     return [
         sys.executable,
         "-m",
