@@ -2,22 +2,43 @@
 
 One process plays rank 0 of W identical ranks: the collectives copy this rank's data instead of communicating,
 so a call's time is the host work of the package at that W (its Python, header exchanges, planning, packing)
-plus the copies a collective of that size needs. Each W runs in a fresh simulated world (init/destroy).
+plus the copies a collective of that size needs.
 
-Table: microseconds per call at W = 64, 256, 1024, 4096, median over timed blocks after warm-up calls (the steady
-state; then the median over passes of the four W), and the growth W=4096 / W=64:
+How it measures (so that two runs on a shared, loaded 2-core machine agree): the CPU time of this process
+(``time.process_time()``, one torch thread, the garbage collector paused while blocks run), not wall clock, so
+time spent waiting for a core another process holds is not counted. The four W are interleaved: the simulator
+holds one default group at a time, so a *round* makes one fresh simulated world per W in turn (upwards in odd
+rounds, downwards in even ones) and, in each, warms every case up (at least 2 calls: the first sync agrees on
+its plan) and times up to :data:`BLOCKS` blocks of calls per case, the cases taking turns. Each block follows one
+untimed call of its case (:data:`LEAD_IN`): the first call of a case after other cases is not a steady one (a
+call whose header table differs from the last call of its kind rebuilds it, up to ~10 ms at 4096 ranks; a block
+of few calls would time that). The number reported for a (case, W) is the *fastest* block of all rounds, in CPU
+microseconds per call: load from outside only ever adds time, so the minimum over blocks spread across the
+whole run is the number that repeats (``--quick``: 10 rounds, about 1.5 minutes; else 24, about 5). Calls per
+block are fixed in the first round (about ``block_s`` of CPU time each); a slow case gets fewer blocks per round
+(about :data:`CASE_S` seconds of timed blocks per case and W in all), never fewer than one per round. A fixed
+pure-Python loop is timed alike and printed under the table: a gauge of how fast the machine ran.
+
+Table: CPU microseconds per call at W = 64, 256, 1024, 4096, and the growth W=4096 / W=64:
 
 * raw collectives: ``dist.all_reduce`` of 16 float32; an all-gather into one tensor of 2 KiB per rank;
 * ``MeanMetric``: ``sync(); unsync()``; ``forward`` with ``dist_sync_on_step=True`` (256 floats);
 * a ``MetricCollection`` of 8 ``MeanMetric`` (16 states): ``compute()`` with ``compute_with_cache=False``;
 * ``all_gather_cat`` and ``gather_all_tensors`` of 4 x 8 float32 per rank; ``all_reduce`` of 16 float32;
 * forward + backward of ``CLIPLoss``, ``SigLIPLoss`` and ``SupConLoss`` (``strategy="sharded"``) on 4 rows of
-  width 8 per rank, inputs and logit scale/bias requiring gradient.
+  width 8 per rank, inputs and logit scale/bias requiring gradient;
+* two calls that are not the steady one, whose sync cannot reuse an agreed plan:
+
+  - *first call*: a brand-new ``MeanMetric`` per call, ``update(torch.tensor(1.0)); compute()``: it pays the
+    first sync's plan agreement. The metrics of a block are constructed before its timer starts (not timed);
+  - *shape change*: one ``CatMetric(compute_with_cache=False)`` whose update alternates 4 and 3 float32 rows at
+    every call, ``reset(); update(rows); compute()`` (the reset, timed, keeps the state at one update's rows):
+    every call's metadata differs from the previous call's.
 
 Targets (reported, never asserted): at W=4096 at most 2x the host work of W=64 for the MeanMetric sync, the
 collection's compute, ``all_gather_cat`` and ``all_reduce``; for the loss steps at most the growth of their data
 (the global batch grows 64x from 64 to 4096 ranks), and for ``gather_all_tensors``, whose output is a list of W
-tensors, at most the growth of that list.
+tensors, at most the growth of that list; at most 8x for the first call and the shape change.
 
 Run alone: ``python benchmarks/bench_scale.py [--quick]``; with ``--profile CASE`` (e.g. ``"MeanMetric sync"``)
 it prints cProfile's top functions of that case at ``--world`` ranks (default 4096) instead.
@@ -27,16 +48,16 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import io
+import itertools
 import math
 import pstats
-import statistics
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import torch
 import torch.distributed as dist
@@ -46,7 +67,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from _simworld import sim_world  # noqa: E402
-from _timing import Budget, Check, fx, ratio, table  # noqa: E402
+from _timing import Budget, Check, _gc_paused, fx, ratio, table  # noqa: E402
 
 import torchmetrics_diff as tmd  # noqa: E402
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce, gather_all_tensors  # noqa: E402
@@ -57,14 +78,20 @@ ROWS, WIDTH = 4, 8  # rows x width float32 per rank for the gathers and the loss
 MEMBERS = 8
 BATCH = 256
 GATHER_BYTES = 2048
-# seconds of timed blocks one case may take at one W in one pass (its warm-up is capped alike): the slow cases (a
-# loss step at 4096 ranks before the package scales) get fewer repeats, never fewer than MIN_REPEATS
-CASE_S = {False: 1.0, True: 0.75}
-MIN_REPEATS = 3
-# sweeps over the four W (each W in a fresh world every time), alternately upwards and downwards: the reported
-# time is the median over passes, so that a burst of load from outside while one W ran does not make its number
-# (the machines are shared; the W are measured at different times and cannot be paired round by round)
-PASSES = {False: 3, True: 1}
+# rounds over the four W (a fresh simulated world per W and round); the reported time is the fastest block of all
+ROUNDS = {False: 24, True: 10}
+# timed blocks per case in one round (fewer for a slow case, see CASE_S), the cases taking turns
+BLOCKS = 3
+# CPU seconds of timed blocks one case may take at one W over all rounds: a slow case (a loss step or a first
+# call at 4096 ranks) gets fewer blocks per round, never fewer than one
+CASE_S = {False: 2.0, True: 0.75}
+# CPU seconds of warm-up one case may take at one W in one round (at least 2 calls, at most budget.warmup)
+WARM_S = {False: 0.1, True: 0.05}
+MAX_CALLS = 10_000  # calls per block
+# untimed calls of a case right before each of its blocks: the cases take turns, and the first call of a case
+# after another case's is not a steady call (all_gather_cat's and gather_all_tensors' header tables differ from
+# the last call's, and at 4096 ranks rebuilding them costs up to ~10 ms: a block of one call would time that)
+LEAD_IN = 1
 
 # the raw all-gather: the spelling torch_diff's backend picks (torch 2.13 renamed all_gather_into_tensor)
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -76,9 +103,43 @@ RAW_RD = "log2 W send/recv rounds, 88 bytes"
 MEAN_SYNC, MEAN_STEP, COLLECTION = "MeanMetric sync", "MeanMetric forward, dist_sync_on_step", "collection compute"
 AGC, AR, GAT = "all_gather_cat", "all_reduce", "gather_all_tensors"
 CLIP, SIGLIP, SUPCON = "CLIPLoss fwd+bwd", "SigLIPLoss fwd+bwd", "SupConLoss fwd+bwd"
-CASES = (RAW_AR, RAW_AG, RAW_ROWS, RAW_RD, MEAN_SYNC, MEAN_STEP, COLLECTION, AGC, AR, GAT, CLIP, SIGLIP, SUPCON)
+FIRST = "first call: new MeanMetric, update + compute"
+SHAPE = "shape change: CatMetric rows 4/3, update + compute"
+CASES = (
+    RAW_AR,
+    RAW_AG,
+    RAW_ROWS,
+    RAW_RD,
+    MEAN_SYNC,
+    MEAN_STEP,
+    COLLECTION,
+    AGC,
+    AR,
+    GAT,
+    CLIP,
+    SIGLIP,
+    SUPCON,
+    FIRST,
+    SHAPE,
+)
 FLAT_TARGETS = (MEAN_SYNC, COLLECTION, AGC, AR)  # at most 2x from 64 to 4096 ranks
 DATA_TARGETS = (CLIP, SIGLIP, SUPCON)  # at most the data's growth
+GROWTH_TARGETS = {FIRST: 8, SHAPE: 8}  # the calls that are not the steady one: at most 8x
+# not a case: timed alongside them in every round, printed under the table (see _reference)
+REFERENCE_LOOP = 10_000
+REFERENCE = f"reference: pure-Python loop of {REFERENCE_LOOP} additions"
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """A case whose every call needs an object of its own: ``make()`` before the timer starts (not timed), then
+    ``call(obj)`` timed."""
+
+    make: Callable[[], Any]
+    call: Callable[[Any], Any]
+
+
+Case = Union[Callable[[], Any], Fresh]
 
 
 # ------------------------------------------------------------------------------------------------- the cases
@@ -102,10 +163,10 @@ def _pairwise_rounds(world: int) -> Callable[[], None]:
     return run
 
 
-def make_cases() -> dict[str, Callable[[], Any]]:
+def make_cases() -> dict[str, Case]:
     """One call of every case, built inside a (simulated) process group; checks each result once."""
     world = dist.get_world_size()
-    fns: dict[str, Callable[[], Any]] = {}
+    fns: dict[str, Case] = {}
 
     buf = torch.zeros(16)
     fns[RAW_AR] = lambda: dist.all_reduce(buf)
@@ -154,6 +215,25 @@ def make_cases() -> dict[str, Callable[[], Any]]:
     )
     fns[SUPCON] = lambda: torch.autograd.grad(supcon(feats, labels), (feats,))
 
+    # not the steady call: a brand-new metric's first sync, and a sync whose metadata changes at every call
+    one = torch.tensor(1.0)
+
+    def first_call(metric: tmd.MeanMetric) -> torch.Tensor:
+        metric.update(one)
+        return metric.compute()
+
+    fns[FIRST] = Fresh(tmd.MeanMetric, first_call)
+    cat = tmd.CatMetric(compute_with_cache=False)
+    flips = (torch.ones(4), torch.ones(3))  # rows of float32 values, 4 then 3, alternately
+    turn = itertools.count()
+
+    def shape_change() -> torch.Tensor:
+        cat.reset()  # (the state holds one update's rows: the gathered data stays W x 4 floats at most)
+        cat.update(flips[next(turn) % 2])
+        return cat.compute()
+
+    fns[SHAPE] = shape_change
+
     # identical ranks: every result is this rank's data, W times
     assert dist.get_backend() == "simworld"
     assert torch.equal(all_gather_cat(rows), rows.repeat(world, 1)), "all_gather_cat"
@@ -164,68 +244,129 @@ def make_cases() -> dict[str, Callable[[], Any]]:
     assert torch.allclose(probe.compute(), x.mean()), "MeanMetric"
     assert torch.allclose(step(x), x.mean()), "MeanMetric forward"
     assert all(torch.allclose(v, x.mean()) for v in collection.compute().values()), "MetricCollection"
+    assert torch.equal(first_call(tmd.MeanMetric()), one), "first call"
+    assert all(torch.equal(shape_change(), torch.ones(world * n)) for n in (4, 3, 4)), "shape change"
     return fns
 
 
 # ---------------------------------------------------------------------------------------------------- timing
-def _calls_per_block(fn: Callable[[], Any], block_s: float) -> int:
-    t0 = time.perf_counter()
-    fn()
-    per = time.perf_counter() - t0
-    return max(1, min(10_000, int(block_s / max(per, 1e-7))))
+def _run(case: Case, calls: int) -> float:
+    """CPU seconds of ``calls`` calls of ``case`` in a row (a :class:`Fresh` case's objects made before)."""
+    if isinstance(case, Fresh):
+        objs = [case.make() for _ in range(calls)]
+        t0 = time.process_time()
+        for obj in objs:
+            case.call(obj)
+        return time.process_time() - t0
+    t0 = time.process_time()
+    for _ in range(calls):
+        case()
+    return time.process_time() - t0
 
 
-def time_cases(fns: dict[str, Callable[[], Any]], budget: Budget, case_s: float) -> dict[str, float]:
-    """Median seconds per call of each function: ``budget.warmup`` calls first (at most about ``case_s / 2``
-    seconds of them, at least 2), then rounds in which each function runs one block of calls, the functions
-    taking turns (so load from outside hits them alike); a function stops after ``budget.repeats`` blocks or
-    after ``case_s`` seconds of them, whichever comes first, but runs at least :data:`MIN_REPEATS` blocks."""
-    calls: dict[str, int] = {}
-    for name, fn in fns.items():
-        t0 = time.perf_counter()
-        for i in range(budget.warmup):
-            fn()
-            if i >= 1 and time.perf_counter() - t0 > case_s / 2:
-                break
-        calls[name] = _calls_per_block(fn, budget.block_s)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    spent = dict.fromkeys(fns, 0.0)
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()  # (a collection inside a block would be charged to whichever call it interrupted)
-    try:
-        for r in range(budget.repeats):
-            for name, fn in fns.items():
-                if r >= MIN_REPEATS and spent[name] > case_s:
-                    continue
-                n = calls[name]
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    fn()
-                elapsed = time.perf_counter() - t0
-                spent[name] += elapsed
-                times[name].append(elapsed / n)
-            gc.enable()
-            gc.collect()  # (between rounds: the loss steps' graphs leave cycles)
-            gc.disable()
-    finally:
-        if enabled:
-            gc.enable()
-    return {name: statistics.median(t) for name, t in times.items()}
+def _warm_up(case: Case, calls: int, cap_s: float) -> float:
+    """``calls`` warm-up calls (at least 2; fewer once they took ``cap_s`` CPU seconds); the CPU seconds of the
+    fastest call after the first (an estimate of a steady call)."""
+    spent, fastest = _run(case, 1), math.inf
+    for _ in range(1, max(2, calls)):
+        took = _run(case, 1)
+        spent += took
+        fastest = min(fastest, took)
+        if spent > cap_s:
+            break
+    return fastest
 
 
-def measure(world: int, budget: Budget, case_s: float) -> tuple[dict[str, float], int]:
-    """Seconds per call of every case at ``world`` ranks, in a fresh simulated world; and how many gloo groups
-    the package asked for there (simulated too, see ``_simworld``)."""
+def _reference() -> int:
+    """A fixed piece of pure-Python work, timed like the cases: how fast this machine ran Python during the run
+    (two runs' tables differ by about as much as their references do when the host itself was slower)."""
+    total = 0
+    for i in range(REFERENCE_LOOP):
+        total += i
+    return total
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one case is timed at one W in every round: ``blocks`` blocks of ``calls`` calls."""
+
+    calls: int
+    blocks: int
+
+
+def _plan(per_call: float, block_s: float, rounds: int, case_s: float) -> Plan:
+    per_call = max(per_call, 1e-7)
+    calls = max(1, min(MAX_CALLS, int(block_s / per_call)))
+    return Plan(calls, max(1, min(BLOCKS, int(case_s / (rounds * calls * per_call)))))
+
+
+@dataclass
+class Round:
+    """What one round measured at one W: per case, the CPU seconds per call of each block."""
+
+    world: int
+    index: int
+    blocks: dict[str, list[float]]
+    twins: int
+
+
+def measure_round(
+    world: int, index: int, budget: Budget, plans: dict[str, Plan] | None, rounds: int, case_s: float, warm_s: float
+) -> tuple[Round, dict[str, Plan]]:
+    """One round at ``world`` ranks, in a fresh simulated world: every case warmed up, then up to
+    :data:`BLOCKS` sweeps in which each case runs one block (those that still have blocks this round), the
+    garbage collector paused during a sweep. ``plans`` (calls per block, blocks per round) are made from the
+    warm-up when ``None`` (the first round) and returned, so that later rounds time the same blocks."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with sim_world(world) as sim:
-            found = time_cases(make_cases(), budget, case_s)
-            return found, len(sim.twins)
+            cases = {**make_cases(), REFERENCE: _reference}
+            per_call = {name: _warm_up(case, budget.warmup, warm_s) for name, case in cases.items()}
+            if plans is None:
+                plans = {name: _plan(per_call[name], budget.block_s, rounds, case_s) for name in cases}
+            found: dict[str, list[float]] = {name: [] for name in cases}
+            for sweep in range(max(p.blocks for p in plans.values())):
+                with _gc_paused():  # (a collection inside a block would be charged to the call it interrupted)
+                    for name, case in cases.items():
+                        plan = plans[name]
+                        if sweep < plan.blocks:
+                            _run(case, LEAD_IN)  # (untimed: the call after another case's re-agrees its table)
+                            found[name].append(_run(case, plan.calls) / plan.calls)
+            return Round(world, index, found, len(sim.twins)), plans
+
+
+def collect(rounds: int, budget: Budget, case_s: float, warm_s: float, log: bool = True) -> list[Round]:
+    """``rounds`` rounds over the four W, upwards in odd rounds and downwards in even ones, one torch thread."""
+    done: list[Round] = []
+    plans: dict[int, dict[str, Plan]] = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # (as every benchmark: the machines have 2 cores)
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    try:
+        for r in range(rounds):
+            for world in WORLDS if r % 2 == 0 else WORLDS[::-1]:
+                found, plans[world] = measure_round(world, r, budget, plans.get(world), rounds, case_s, warm_s)
+                done.append(found)
+    finally:
+        torch.set_num_threads(threads)
+    if log:
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        print(f"({rounds} rounds over W={', '.join(map(str, WORLDS))}: {wall:.0f} s, of which {cpu:.0f} s CPU)")
+    return done
+
+
+def fastest(done: list[Round]) -> dict[int, dict[str, float]]:
+    """Per W and case, the fastest block of all rounds (CPU seconds per call)."""
+    out: dict[int, dict[str, float]] = {w: {} for w in WORLDS}
+    for found in done:
+        row = out[found.world]
+        for case, blocks in found.blocks.items():
+            row[case] = min(row.get(case, math.inf), *blocks)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------- report
-def scale_table(results: dict[int, dict[str, float]], twins: dict[int, int], case_s: float, passes: int) -> str:
+def scale_table(results: dict[int, dict[str, float]], twins: int, case_s: float, rounds: int, block_s: float) -> str:
     first, last = WORLDS[0], WORLDS[-1]
     rows = []
     for case in CASES:
@@ -234,11 +375,11 @@ def scale_table(results: dict[int, dict[str, float]], twins: dict[int, int], cas
         rows.append(row)
     host = (
         "the group itself"
-        if not any(twins.values())
+        if not twins
         else "a simulated gloo twin of the group (the package asked dist.new_group for a gloo group)"
     )
     return table(
-        "Host work per call in a simulated world of W identical ranks (medians, us per call)",
+        f"Host work per call in a simulated world of W identical ranks (fastest of {rounds} rounds, CPU us per call)",
         ["call", *(f"W={w}" for w in WORLDS), f"W={last}/W={first}"],
         rows,
         [
@@ -247,9 +388,14 @@ def scale_table(results: dict[int, dict[str, float]], twins: dict[int, int], cas
             f"per rank: gathers {ROWS}x{WIDTH} float32, all_reduce 16 float32, MeanMetric {BATCH} floats;",
             f"collection: {MEMBERS} MeanMetrics ({2 * MEMBERS} states), compute() with compute_with_cache=False;",
             f'losses: strategy="sharded", {ROWS} rows of width {WIDTH} per rank, inputs requiring grad;',
-            "each W in a fresh simulated world; median of timed blocks after warm-up (slow cases get fewer blocks:",
-            f"about {case_s:g} s of them per case and W, at least {MIN_REPEATS}); median of {passes} such pass(es)",
-            "over the four W, alternately upwards and downwards.",
+            "first call: a new MeanMetric per call (constructed untimed); shape change: one CatMetric,",
+            "reset() + update(4 or 3 rows, alternately) + compute() per call;",
+            "CPU time of this process (time.process_time, one torch thread, GC paused in a block), the four W",
+            f"interleaved: {rounds} rounds, each a fresh simulated world per W (upwards, then downwards): warm-up,",
+            f"then up to {BLOCKS} blocks of about {block_s * 1e3:g} ms per case, each after one untimed call (slow",
+            f"cases fewer: about {case_s:g} s of blocks per case and W in all, at least one per round); the fastest",
+            f"block; {REFERENCE}, timed alike (a gauge of the machine's speed",
+            f"during the run): {min(results[w][REFERENCE] for w in WORLDS) * 1e6:.1f} us.",
             f"The package's header exchanges went over {host}.",
         ],
     )
@@ -258,26 +404,11 @@ def scale_table(results: dict[int, dict[str, float]], twins: dict[int, int], cas
 def main(args: Any) -> list[Check]:
     quick = bool(getattr(args, "quick", False))
     budget = Budget.from_args(args)
-    case_s, passes = CASE_S[quick], PASSES[quick]
-    runs: dict[int, list[dict[str, float]]] = {w: [] for w in WORLDS}
-    twins: dict[int, int] = dict.fromkeys(WORLDS, 0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # (as every benchmark: the machines have 2 cores)
-    try:
-        for p in range(passes):
-            took = []
-            for world in WORLDS if p % 2 == 0 else WORLDS[::-1]:
-                t0 = time.perf_counter()
-                found, made = measure(world, budget, case_s)
-                runs[world].append(found)
-                twins[world] += made
-                took.append(f"W={world} {time.perf_counter() - t0:.0f} s")
-            print(f"(pass {p + 1}/{passes}: {', '.join(took)})")
-    finally:
-        torch.set_num_threads(threads)
-    results = {w: {case: statistics.median(r[case] for r in runs[w]) for case in CASES} for w in WORLDS}
+    rounds, case_s = ROUNDS[quick], CASE_S[quick]
+    done = collect(rounds, budget, case_s, WARM_S[quick])
+    results = fastest(done)
     print()
-    print(scale_table(results, twins, case_s, passes))
+    print(scale_table(results, sum(r.twins for r in done), case_s, rounds, budget.block_s))
 
     first, last = WORLDS[0], WORLDS[-1]
     growth = last / first
@@ -313,22 +444,32 @@ def main(args: Any) -> list[Check]:
             growth,
         )
     )
+    checks += [
+        Check(f"{case}: host work W={last} / W={first}", ratio(results[last][case], results[first][case]), "<=", limit)
+        for case, limit in GROWTH_TARGETS.items()
+    ]
     return checks
 
 
 # ---------------------------------------------------------------------------------------------------- profile
 def profile(case: str, world: int, calls: int, top: int) -> str:
-    """cProfile's top functions (by cumulative time) of ``calls`` steady-state calls of ``case`` at ``world``."""
+    """cProfile's top functions (by cumulative time) of ``calls`` calls of ``case`` at ``world``, after warm-up
+    calls (steady state; a new metric per call for the first call, made outside the profile)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with sim_world(world):
             fn = make_cases()[case]
             for _ in range(10):
-                fn()
+                _run(fn, 1)
+            objs = [fn.make() for _ in range(calls)] if isinstance(fn, Fresh) else None
             prof = cProfile.Profile()
             prof.enable()
-            for _ in range(calls):
-                fn()
+            if objs is not None:
+                for obj in objs:
+                    fn.call(obj)
+            else:
+                for _ in range(calls):
+                    fn()
             prof.disable()
     out = io.StringIO()
     stats = pstats.Stats(prof, stream=out)
@@ -338,7 +479,7 @@ def profile(case: str, world: int, calls: int, top: int) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats (a rough look, not a measurement)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (a rough look, not a measurement)")
     parser.add_argument("--profile", metavar="CASE", choices=CASES, help="profile one case instead")
     parser.add_argument("--world", type=int, default=WORLDS[-1], help="W of --profile (default %(default)s)")
     parser.add_argument("--calls", type=int, default=200, help="calls of --profile (default %(default)s)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import weakref
 from typing import Any, Optional
@@ -15,7 +16,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from torchmetrics_diff.distributed._failure import backend_error
+from torchmetrics_diff.distributed._failure import RUNNING, Board, backend_error
 from torchmetrics_diff.distributed._reductions import wire_view
 
 Group = Optional[Any]  # a ``ProcessGroup`` or ``None`` for the default (WORLD) group
@@ -160,6 +161,9 @@ def group_rank(group: Group = None) -> int:
 # the CPU after this long.
 _POLL_S = 0.002
 _yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
+# After that, a wait reads its group's board (_failure.Board) every _READ_S once it has waited _READ_AFTER_S: a
+# peer that saw a rank leave is then heard within about that long, not after the group's timeout.
+_READ_AFTER_S, _READ_S = 0.05, 0.1
 
 
 def _wait(work: Any, tensor: torch.Tensor) -> None:
@@ -174,7 +178,28 @@ def _wait(work: Any, tensor: torch.Tensor) -> None:
         deadline = time.perf_counter() + _POLL_S
         while not work.is_completed() and time.perf_counter() < deadline:
             _yield()
+        board = RUNNING.board
+        if board is not None and not work.is_completed():
+            _watch(work, board)
     work.wait()
+
+
+def _watch(work: Any, board: Board) -> None:
+    """Wait for ``work`` to end (the backend's timeout ends it too), reading ``board`` every :data:`_READ_S` once it
+    has waited :data:`_READ_AFTER_S`; raise the :class:`PeerLeftError` a peer posted there. Only a work with a
+    future is watched (gloo's all-reduce and all-gathers; its ``wait`` with a timeout would close the group's
+    connections); another is waited for as it is."""
+    try:
+        future = work.get_future()
+    except RuntimeError:  # (gloo's reduce-scatter and point-to-point works have none)
+        return
+    ended = threading.Event()
+    future.add_done_callback(lambda _: ended.set())
+    pause = _READ_AFTER_S
+    while not ended.wait(pause):
+        if board.read() is not None:
+            raise board.departed(None, "", notice=True)
+        pause = _READ_S
 
 
 def all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:

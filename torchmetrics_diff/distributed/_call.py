@@ -10,7 +10,8 @@ that communicates (a collective of :mod:`._collectives`, a state sync, the ring'
   object made before (a metric's syncs, a loss's calls; else the calls of this name),
 - a status: ready, or *failed* (the rank found a problem before communicating and joins only to tell its peers,
   see :mod:`._failure`),
-- the call's name (``"CLIPLoss.update: gather_all_tensors"``, ``"MeanMetric.forward"``), truncated to 48 bytes,
+- the call's name (``"CLIPLoss.update: gather_all_tensors"``, ``"MeanMetric.forward"``): a 62-bit hash of the whole
+  name, which is what ranks compare, and its first 48 bytes, which is what errors print,
 - up to :data:`PAYLOAD` int64 of the call's own metadata (shapes, dtypes, rows), returned to the caller.
 
 Every rank reads every rank's header and raises the same ``RuntimeError`` when they are not in the same call,
@@ -47,18 +48,21 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from torchmetrics_diff.distributed import _hosts
 from torchmetrics_diff.distributed._backend import Group
-from torchmetrics_diff.distributed._failure import RUNNING, RanksDisagreeError, peers_failed
+from torchmetrics_diff.distributed._failure import RUNNING, RanksDisagreeError, peers_failed, ranks_text
 from torchmetrics_diff.distributed._hosts import Host, make_host
 
 #: int64 per rank in every header exchange: the same for every call, so ranks in different calls still meet
 HEADER_INTS = 64
-_FIXED = 12  # magic, sequence, count, status, payload length, inline bytes wanted, 6 x 8 bytes of name
+_FIXED = 13  # magic, sequence, count, status, payload length, inline bytes wanted, name hash, 6 x 8 bytes of name
 _NAME_INTS = 6
+_NAME = slice(6, _FIXED)  # what two ranks in the same call have alike: the name's hash and its readable prefix
+_SAME = np.r_[1, 2, 6:_FIXED]  # the columns every rank's header must share with rank 0's: sequence, count, name
 #: int64 of call metadata a header carries
 PAYLOAD = HEADER_INTS - _FIXED
 #: the inline area's size on a group where no call wanted a larger one (see :func:`inline_capacity`)
@@ -190,11 +194,11 @@ class _GroupState:
         self.seq, self.names[name] = seq + 1, count + 1
         return seq, count
 
-    def resize(self, rows: list[list[int]]) -> None:
+    def resize(self, wanted: int) -> None:
         """After a full exchange every rank passed: the inline area becomes the largest row wanted over the last
         :data:`_WINDOW` exchanges (rounded up to :data:`_STEP`; a row over :data:`MAX_INLINE_BYTES` never fits and
-        counts as none), growing at once and shrinking when it is under half the area (so it does not flap)."""
-        wanted = max(h[5] for h in rows)
+        counts as none; ``wanted``: the largest row the exchange's headers wanted), growing at once and shrinking
+        when it is under half the area (so it does not flap)."""
         recent = self.recent
         recent.append(wanted if wanted <= MAX_INLINE_BYTES else 0)
         if len(recent) > _WINDOW:
@@ -220,6 +224,8 @@ def _forget(key: int, state: _GroupState) -> None:
     """Drop ``state`` (held at ``key``) once its group ended, unless a newer group's state took the key."""
     if _GROUPS.get(key) is state:
         del _GROUPS[key]
+    if RUNNING.board is not None and RUNNING.board is state.host:  # (it would keep a twin alive)
+        RUNNING.board = None
 
 
 def enter(name: str, count: int) -> None:
@@ -301,9 +307,10 @@ def set_checks(mode: str, group: Group = None, *, default: bool = False) -> None
             ``ceil(log2 W)`` rounds, and every rank's header only on a call whose metadata changed on some rank,
             whose fingerprint differs between ranks, or where a rank failed: the same errors as ``"full"``, in the
             same call. ``"full"``: every rank's header on every call (``W`` x 512 bytes or more per call).
-            ``"off"``: nothing after the first call of each kind: no host work or exchange, and no protection (a
-            rank in another call, or whose shapes changed, makes the backend hang or fail, as raw collectives do;
-            a rank whose own metadata changed raises here).
+            ``"off"``: every rank's header only at a call whose metadata is new to this rank (the first calls of
+            each kind, a new object of a kind, shapes that changed), nothing otherwise: no host work or exchange
+            in the steady state, and no protection: the ranks must change together (a rank in another call, or
+            whose shapes changed alone, makes the backend hang or fail, as raw collectives do).
         group: the process group (default ``None``: the default group).
         default: set the process's default for every group without a mode of its own instead (``group`` is
             then ignored); the environment variable ``TORCHMETRICS_DIFF_CHECKS`` sets it at import.
@@ -415,9 +422,14 @@ def inline_buffers(world: int, inline: int = INLINE_BYTES) -> tuple[torch.Tensor
 
 
 def _host_rows(heads: Any) -> list[list[int]]:
-    """Every rank's header as Python ints, read through the NumPy view of the received CPU table (nothing waits
-    for a device)."""
-    return heads.tolist()
+    """Every rank's payload as Python ints, read through the NumPy view of the received CPU table (nothing waits
+    for a device): one conversion of the payload columns, no Python per rank when every payload has one length."""
+    lengths = heads[:, 4]
+    longest = int(lengths.max())
+    payloads = heads[:, _FIXED : _FIXED + longest].tolist()
+    if int(lengths.min()) == longest:
+        return payloads
+    return [row[:n] for row, n in zip(payloads, lengths.tolist())]
 
 
 def _ordinal(n: int) -> str:
@@ -460,13 +472,13 @@ def exchange(
 
     Raises:
         RuntimeError: on every rank alike, when a peer failed (naming it) or when ranks are in different calls
-            (naming each rank's call and how many calls each made); with checks ``"off"``, on this rank alone when
-            its own metadata changed since the first call of this name.
+            (naming what each group of ranks was doing).
     """
     if len(payload) > PAYLOAD:
         raise ValueError(f"a call header carries at most {PAYLOAD} ints; got {len(payload)}")
     name = RUNNING.call = call_name(op)  # (a backend error in this call's collectives is named by it)
     state = _state(group)
+    RUNNING.board = _host_of(state)  # (and posted there, and read while this call's collectives wait)
     seq, named = state.next_count(name)
     if count is None:
         count = CONTEXT.count if CONTEXT.entry else named
@@ -481,13 +493,8 @@ def exchange(
             return []
         if known is not None:
             return known.rows
-        if state.agreed.get(name):
-            leave()
-            raise RuntimeError(
-                f"{name}: with checks 'off' the metadata of a call must not change after its first call (shapes, "
-                f"dtypes, rows); this rank's is now {list(key)}, earlier {list(next(iter(state.agreed[name])))}. "
-                "Its peers are not told and will wait in the data collective; use checks 'steady' for changing shapes"
-            )
+        # metadata new to this rank (a first call, a new object of the kind, shapes that changed): every rank's
+        # header, once; a rank whose metadata changed alone meets peers that skip the exchange (see set_checks)
     elif _fingerprint(state, seq, count, name, None if failed else known):
         return known.rows  # type: ignore[union-attr]  # (the fingerprint agrees only on a known table)
     rows = _full(state, name, payload, seq, count, failed, want, 0, who, labels, sync)
@@ -523,38 +530,58 @@ def _full(
     labels: Sequence[str] | Callable[[], Sequence[str]] | None,
     sync: bool,
 ) -> list[list[int]]:
-    """Every rank's header, all-gathered, checked identically on every rank."""
+    """Every rank's header, all-gathered in ``log2 W`` rounds (:func:`._hosts.all_gather`), checked identically on
+    every rank with vectorised comparisons of the received table (no Python per rank)."""
     world = state.size
-    header = [_MAGIC, seq, count, _FAILED if failed else _READY, len(payload), want, *_encode(name), *payload]
+    status = _FAILED if failed else _READY
+    header = [_MAGIC, seq, count, status, len(payload), want, _name_ids(name)[0], *_encode(name), *payload]
     send, table, ints, heads = _buffers(world, inline)
     ints[: len(header)] = header  # (a NumPy view of the send buffer's header: no tensor made per call)
     _hosts.all_gather(_host_of(state), table, send)
-    rows = _host_rows(heads)
     if failed:  # this rank raises its own error next: its entry point ends there
         _failed_exchange()
         return []
-    bad = [r for r, h in enumerate(rows) if h[0] == _MAGIC and h[3] == _FAILED]
-    if bad or any(h[0] != _MAGIC or h[1:3] != rows[0][1:3] or h[6:_FIXED] != rows[0][6:_FIXED] for h in rows):
+    ours = heads[:, 0] == _MAGIC
+    bad = ours & (heads[:, 3] == _FAILED)
+    if bad.any() or not (ours.all() and (heads[:, _SAME] == heads[0, _SAME]).all()):
         _failed_exchange()
         names = labels() if callable(labels) else labels
         names = names or [f"rank {r}" for r in range(world)]
-        if bad:
-            raise peers_failed(who or name, [names[r] if not sync else r for r in bad], sync=sync)
-        raise _different_calls(rows, names)
+        if bad.any():
+            ranks: list[int] = np.flatnonzero(bad).tolist()
+            raise peers_failed(who or name, ranks if sync else [names[r] for r in ranks], sync=sync)
+        raise _different_calls(heads, names)
     if inline:
-        state.resize(rows)
-    return [h[_FIXED : _FIXED + h[4]] for h in rows]
+        state.resize(int(heads[:, 5].max()))
+    return _host_rows(heads)
 
 
-def _different_calls(rows: list[list[int]], labels: Sequence[str]) -> RanksDisagreeError:
+def _different_calls(heads: Any, names: Sequence[str]) -> RanksDisagreeError:
+    """The error of ranks in different calls: the ranks grouped by what they were doing, at most a few hundred
+    characters whatever the world size."""
+    ours = heads[:, 0] == _MAGIC
+    what = np.where(ours[:, None], heads[:, _SAME], -1)  # (every foreign header is one kind)
+    _, first, inverse = np.unique(what, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # the groups in the order of their lowest rank
     parts = []
-    for label, h in zip(labels, rows):
+    for k in order[:_GROUPS_LISTED]:
+        ranks = np.flatnonzero(inverse.reshape(-1) == k).tolist()
+        h = heads[ranks[0]].tolist()
         if h[0] != _MAGIC:
-            parts.append(f"{label}: a collective that is not a call of this package")
+            parts.append(f"{ranks_text(ranks, names)}: a collective that is not a call of this package")
         else:
-            call, count, seq = _decode(h[6:_FIXED]), _ordinal(h[2] + 1), h[1] + 1
-            parts.append(f"{label}: {call!r} (the object's {count} such call; call {seq} on the group)")
+            call, count, seq = _decode(h[_NAME][1:]), _ordinal(h[2] + 1), h[1] + 1
+            call += "..." if len(call) == 8 * _NAME_INTS else ""  # (a longer name: the whole name's hash differs)
+            parts.append(
+                f"{ranks_text(ranks, names)}: {call!r} (the object's {count} such call; call {seq} on the group)"
+            )
+    if len(order) > _GROUPS_LISTED:
+        rest = int(sum((inverse.reshape(-1) == k).sum() for k in order[_GROUPS_LISTED:]))
+        parts.append(f"{len(order) - _GROUPS_LISTED} other calls on {rest} ranks")
     return RanksDisagreeError(
         "ranks are in different calls: " + "; ".join(parts) + ". Every rank must make the same calls that "
         "communicate, in the same order (the same number of update/forward/compute calls of each metric and loss)"
     )
+
+
+_GROUPS_LISTED = 4  # kinds of call an error names; the rest are counted

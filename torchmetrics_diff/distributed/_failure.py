@@ -26,7 +26,7 @@ Knows integers and messages, nothing of tensors or groups.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, Protocol
 
 #: the first int64 of a rank's header when it raised before the collective. Never a valid first value: the sync
 #: engine's signature hashes avoid it and the collectives' first field is an ``ndim`` (never negative).
@@ -98,11 +98,26 @@ class RanksDisagreeError(DistributedError):
 
 
 class _Running:
-    """The name of the call whose collectives run now (``"CLIPLoss.forward: gather_all_tensors"``): set by each
-    call's header exchange (its first collective), so a backend error in the call's later collectives is named
-    by it too."""
+    """The call whose collectives run now: its name (``"CLIPLoss.forward: gather_all_tensors"``) and the notice
+    board of its group (``board``, see :class:`Board`), both set by each call's header exchange (its first
+    collective), so that a backend error in the call's later collectives is named by it, and posted on that board."""
 
     call = ""
+    board: Board | None = None
+
+
+class Board(Protocol):
+    """Where the ranks of one group post that a peer left, and read it while they wait (the group's store; the
+    group's host, ``_hosts.Host``, implements it).
+
+    The first rank whose connection to a peer breaks posts it; every rank that waits longer than a moment in a call
+    on that group reads the board and raises the same :class:`PeerLeftError`, naming the rank that left, instead
+    of waiting for the backend's timeout on a peer that is itself stuck.
+    """
+
+    def read(self) -> tuple[int | None, str, str] | None: ...
+
+    def departed(self, peer: int | None, detail: str, *, notice: bool = False) -> PeerLeftError: ...
 
 
 #: the call running now (see :class:`_Running`)
@@ -120,18 +135,40 @@ _LEFT = (
 )
 
 
+def is_departure(err: BaseException | str) -> bool:
+    """Whether the backend's error says that the process at the other end of a connection went away."""
+    text = str(err)
+    return any(marker in text for marker in _LEFT)
+
+
 def backend_error(op: str, err: BaseException, peer: int | None = None) -> CollectiveError:
     """The error to raise for the backend's ``err`` in collective ``op`` (``"all_gather"``) of the running call.
 
     A connection error (the peer's process exited, or its connection broke) is a :class:`PeerLeftError` naming
-    the call and, when known, the peer (``peer``: a point-to-point exchange's partner); any other error (a timeout,
-    say) a :class:`CollectiveError` ``"{op} failed: {err}"``.
+    the call and, when known, the peer (``peer``: a point-to-point exchange's partner), posted on the running
+    call's board (:class:`Board`) so that every peer hears of it; any other error (a timeout, say) a
+    :class:`CollectiveError` ``"{op} failed: {err}"``.
     """
+    if isinstance(err, CollectiveError):  # raised by a wait that read the group's board: already told
+        return err
     text = str(err)
-    if not any(marker in text for marker in _LEFT):
+    if not is_departure(text):
         return CollectiveError(f"{op} failed: {text}")
+    board = RUNNING.board
+    if board is not None:  # this rank saw it: every peer hears of it from the board, and it is named there
+        return board.departed(peer, text.strip())
     call, detail = RUNNING.call or op, text.strip()
     return PeerLeftError(_left(call, peer, detail), call=call, rank=peer, detail=detail)
+
+
+def departure(gone: tuple[int | None, str, str], *, seen: bool) -> PeerLeftError:
+    """The error of a rank whose group lost a peer: ``gone`` is ``(rank, call, detail)`` as posted by the rank
+    that saw the connection break (this rank itself when ``seen``); the error names this rank's own call."""
+    rank, during, detail = gone
+    call = RUNNING.call or during
+    if not seen:
+        detail = f"posted by a peer that saw it during {during!r}: {detail}"
+    return PeerLeftError(_left(call, rank, detail), call=call, rank=rank, detail=detail)
 
 
 def _left(call: str, rank: int | None, detail: str, doing: str = "") -> str:
@@ -146,6 +183,28 @@ def failed_ranks(firsts: Sequence[int]) -> list[int]:
     return [r for r, first in enumerate(firsts) if first == FAILED]
 
 
+_LISTED = 8  # at most this many ranks are listed one by one in a message; more are written as runs
+
+
+def ranks_text(ranks: Sequence[int], names: Sequence[str] | None = None) -> str:
+    """``"rank 3"``, ``"ranks 0-4094"``, ``"ranks 0-3, 7, 9-12, 15 and 5 more runs (40 ranks)"``: a few dozen
+    characters however many ranks (sorted ascending). A single rank is named by ``names[rank]`` when given
+    (``"rank 1 (global 3)"``)."""
+    if len(ranks) == 1:
+        return names[ranks[0]] if names else f"rank {ranks[0]}"
+    runs: list[str] = []
+    start = prev = ranks[0]
+    for r in [*ranks[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        runs.append(f"{start}-{prev}" if prev > start else str(start))
+        if r is not None:
+            start = prev = r
+    more = f" and {len(runs) - 4} more runs ({len(ranks)} ranks)" if len(runs) > 5 else ""
+    return "ranks " + ", ".join(runs[:4] if more else runs) + more
+
+
 def peers_failed(who: str, ranks: Sequence[Any], *, sync: bool) -> PeerFailedError:
     """The error a rank raises when peers joined its collective with the failure marker.
 
@@ -156,13 +215,14 @@ def peers_failed(who: str, ranks: Sequence[Any], *, sync: bool) -> PeerFailedErr
             users and tests know.
     """
     if sync:
+        shown = str(list(ranks)) if len(ranks) <= _LISTED else ranks_text(list(ranks))
         return PeerFailedError(
-            f"{who}: rank(s) {list(ranks)} raised an error before syncing (see their message); not syncing",
-            ranks=ranks,
+            f"{who}: rank(s) {shown} raised an error before syncing (see their message); not syncing", ranks=ranks
         )
-    return PeerFailedError(
-        f"{who}: {', '.join(ranks)} raised an error before this collective; see its message", ranks=ranks
+    shown = (
+        ", ".join(ranks) if len(ranks) <= _LISTED else f"{', '.join(ranks[:_LISTED])} and {len(ranks) - _LISTED} more"
     )
+    return PeerFailedError(f"{who}: {shown} raised an error before this collective; see its message", ranks=ranks)
 
 
 def collective_failed(err: CollectiveError, owner: str, names: Any, world: int) -> CollectiveError:

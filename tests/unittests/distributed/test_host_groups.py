@@ -13,8 +13,10 @@ names on ranks 0, 1 and ranks 2, 3 after a ``new_group([0, 1])``. Each test star
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
+import math
 import os
 import sys
 import time
@@ -46,14 +48,14 @@ def _standin(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> A
     return dist.ProcessGroupGloo(store, rank, size, timeout)
 
 
-def _init(rank: int, port: int, timeout_s: float = 60.0) -> None:
+def _init(rank: int, port: int, timeout_s: float = 60.0, world: int = WORLD) -> None:
     if STANDIN not in dist.Backend.backend_list:
         dist.Backend.register_backend(STANDIN, _standin, devices=["cuda"])  # as NCCL: no CPU in its capability
     dist.init_process_group(
         f"cpu:{STANDIN},cuda:{STANDIN}",
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
-        world_size=WORLD,
+        world_size=world,
         timeout=datetime.timedelta(seconds=timeout_s),
     )
 
@@ -203,6 +205,48 @@ def _timeout_body(rank: int, world: int, port: int) -> dict[str, Any]:
     dist.barrier()  # (the default group, whose timeout is long): every rank is done before the group goes
     dist.destroy_process_group()
     return {"got": got, "elapsed": elapsed}
+
+
+def _sockets() -> int:
+    """The sockets this process holds open (its file descriptors that are sockets)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (the descriptor listdir itself used)
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
+
+
+def _twin_sockets_body(rank: int, world: int, port: int) -> dict[str, Any]:
+    """Sockets the twin opens over first calls, steady calls, shape changes and full headers."""
+    from torchmetrics_diff import CatMetric
+    from torchmetrics_diff.distributed import set_checks
+
+    _init(rank, port, world=world)
+    before = _sockets()
+    mean, cat = MeanMetric(), CatMetric()
+    values = []
+    for step in range(3):
+        mean.update(torch.tensor(float(rank + step)))
+        values.append(mean.compute().item())
+        cat.update(torch.full((3 + (step + rank) % 2,), float(rank)))  # (its rows change: every rank's header)
+        values.append(cat.compute().sum().item())
+    set_checks("full")
+    values.append(mean.compute().item())
+    set_checks("steady")
+    return {"twin": _call.host(None).twin, "opened": _sockets() - before, "values": values}
+
+
+@pytest.mark.parametrize("world", [4, 8, 16])
+def test_the_twin_connects_to_its_partners_only(world: int) -> None:
+    """The twin connects lazily, to the partners of its log-depth exchanges: at most ``log2 W + 2`` sockets per
+    rank (``c = 1``, ``k = 2``: its partners, one more when W is not a power of two, its listening socket), where
+    a full mesh holds ``W - 1`` (gloo's eager connection at the twin's making, every rank to every rank)."""
+    results = run_once(_twin_sockets_body, world, free_port(), init_group=False, forked=True, timeout=200)
+    bound = math.ceil(math.log2(world)) + 2
+    for rank, res in enumerate(results):
+        assert res["twin"], f"rank {rank}: the stand-in declares no CPU: the headers need a gloo twin"
+        assert res["opened"] <= bound, f"rank {rank} of {world}: the twin opened {res['opened']} sockets (> {bound})"
+        assert res["values"] == results[0]["values"], (rank, res["values"], results[0]["values"])
 
 
 def test_a_twin_raises_within_twice_the_groups_timeout_on_every_rank() -> None:

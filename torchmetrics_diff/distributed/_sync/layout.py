@@ -502,14 +502,15 @@ def _moved(value: Any, device: torch.device) -> Any:
 
 def _rows_into(value: Any, cat: _CatView, dests: list, sources: list, agreed: bool) -> int:
     """Queue the copy of a cat state (a tensor or a list of them) into its slot; returns its rows, or -1 when it does
-    not match the plan (dtype, trailing dims; an empty list except right after an agreement). Rows beyond the room
-    are not copied. A list of several tensors is concatenated into the slot at once."""
+    not match the plan (dtype, trailing dims). An empty list is zero rows of the plan's dtype and shape (a rank
+    with nothing to add, as at the agreement: no sync of a rank with an empty list needs a new agreement). Rows
+    beyond the room are not copied. A list of several tensors is concatenated into the slot at once."""
     if cat.dtype is None:  # empty on every rank at the agreement: it must still be
         return 0 if isinstance(value, list) and not value else -1
     if isinstance(value, list):
         if len(value) != 1:
             if not value:
-                return 0 if agreed else -1
+                return 0
             rows = []
             for t in value:
                 if not isinstance(t, torch.Tensor) or t.dtype is not cat.dtype:
