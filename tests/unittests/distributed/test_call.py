@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from tests._helpers.collectives import record_collectives
-from tests._helpers.harness import run_distributed
+from tests._helpers.harness import run_distributed, run_once
 from tests._helpers.outcomes import outcome, problem
 from torchmetrics_diff.distributed import _call, all_gather_cat
 
@@ -270,3 +270,68 @@ def test_fingerprint_rounds_on_a_subgroup_address_its_group_ranks() -> None:
         assert res["values"] == expected, (rank, res["values"])
         assert all(log[0] == "host_max_reduce" for log in res["logs"]), (rank, res["logs"])
         assert res["cat"] == [1.0, 2.0, 2.0], (rank, res["cat"])
+
+
+# ------------------------------------------------------------------ whole names compared; errors sized for W
+def _long_names_body(rank: int, world: int, mode: str) -> Any:
+    """Two metric classes whose names share their first 66 characters, one on rank 0, the other elsewhere."""
+    from torchmetrics_diff import SumMetric
+    from torchmetrics_diff.distributed import set_checks
+
+    set_checks(mode)
+    shared = "GlobalTokenWeightedAccumulatorForTheValidationSetOfEveryLanguage"  # 64 characters, then the class's own
+    assert len(shared) == 64
+    cls = type(shared + ("Sum" if rank == 0 else "Total"), (SumMetric,), {})
+    metric = cls()
+    metric.update(torch.tensor(1.0 if rank == 0 else 100.0))
+    got = outcome(metric.compute)
+    set_checks("steady")
+    return got
+
+
+@pytest.mark.parametrize("mode", ["steady", "full", "off"])
+@pytest.mark.parametrize("world_size", [2, 9])
+def test_calls_whose_names_share_64_characters_are_not_paired(world_size: int, mode: str) -> None:
+    """The header compares a hash of the whole name (its readable part is 48 bytes): every rank raises, where the
+    ranks used to pair and return a wrong sum (201 at W=2 for 3 and 300)."""
+    results = run_once(_long_names_body, world_size, mode, forked=True, timeout=120)
+    for rank, res in enumerate(results):
+        failure = problem(f"rank {rank}", res, "RanksDisagreeError", ("ranks are in different calls", "...'"))
+        assert not failure, failure
+
+
+def _table(calls: list[tuple[str, int, int]]) -> Any:
+    """A received header table of one row per rank: ``(name, count, sequence)``."""
+    import numpy as np
+
+    heads = np.zeros((len(calls), _call.HEADER_INTS), dtype=np.int64)
+    for r, (name, count, seq) in enumerate(calls):
+        heads[r, :6] = (_call._MAGIC, seq, count, 0, 0, 0)
+        heads[r, _call._NAME] = (_call._name_ids(name)[0], *_call._encode(name))
+    return heads
+
+
+def test_an_error_of_4096_ranks_names_them_by_what_they_did_in_a_few_hundred_characters() -> None:
+    world = 4096
+    names = [f"rank {r}" for r in range(world)]
+    one_late = _table([("MeanMetric.compute: sync", 11, 56)] * (world - 1) + [("MeanMetric.update", 3, 56)])
+    message = str(_call._different_calls(one_late, names))
+    assert "ranks 0-4094: 'MeanMetric.compute: sync' (the object's 12th such call; call 57 on the group)" in message
+    assert "rank 4095: 'MeanMetric.update' (the object's 4th such call; call 57 on the group)" in message
+    assert len(message) < 400, len(message)
+    # every rank in a call of its own: four kinds named, the rest counted
+    scattered = _table([(f"Metric{r % 7}.compute", r % 3, 9) for r in range(world)])
+    message = str(_call._different_calls(scattered, names))
+    assert "other calls on" in message and "more runs" in message, message
+    assert len(message) < 1000, len(message)
+
+
+def test_peers_that_failed_are_listed_in_a_bounded_message() -> None:
+    from torchmetrics_diff.distributed._failure import peers_failed, ranks_text
+
+    assert ranks_text([3]) == "rank 3"
+    assert ranks_text([0, 1, 2, 5, 7, 8]) == "ranks 0-2, 5, 7-8"
+    assert ranks_text(list(range(0, 40, 2))) == "ranks 0, 2, 4, 6 and 16 more runs (20 ranks)"
+    message = str(peers_failed("SumMetric", list(range(4000)), sync=True))
+    assert "ranks 0-3999" in message and len(message) < 200, message
+    assert "rank(s) [1, 2]" in str(peers_failed("SumMetric", [1, 2], sync=True))

@@ -235,7 +235,7 @@ def _agree(
     layout.transport(group)  # (its peers wait for this rank's row)
     if packed is None:  # its states passed the agreement: they fit the plan made from it
         raise RuntimeError(f"{owner}: internal error: this rank's states do not fit the plan every rank agreed on")
-    cut = layout.cut([[plan.key, 0, *s] for s in sizes])
+    cut = layout.cut([[plan.key, 0, *s] for s in sizes] if layout.cats or layout.gathers else [])
     return _read(layout, cut, states, reductions, track, grad_scale)
 
 

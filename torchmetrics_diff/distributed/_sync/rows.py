@@ -59,17 +59,16 @@ def buffer_pair(device: torch.device, row_bytes: int, world: int, slot: str) -> 
     return row, table
 
 
-def gather_blob(blob: bytes, row_bytes: int, group: Group, world: int, device: torch.device) -> list[bytes]:
+def gather_blob(blob: bytes, row_bytes: int, group: Group, world: int, device: torch.device) -> Any:
     """Every rank's ``blob`` (at most ``row_bytes`` long, padded to it), gathered in one collective and read back
-    (the metadata of an agreement: a host read, once)."""
+    (the metadata of an agreement: a host read, once): a ``(world, row_bytes)`` NumPy array of bytes."""
     send, table = buffer_pair(device, row_bytes, world, "meta")
     send, table = send[:row_bytes], table[: world * row_bytes]
     send.zero_()
     if blob:
         send[: len(blob)].copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
     all_gather_flat(table, send, group)
-    raw = table.cpu().numpy().tobytes()
-    return [raw[r * row_bytes : (r + 1) * row_bytes] for r in range(world)]
+    return table.cpu().numpy().reshape(world, row_bytes)
 
 
 class OwnRow(torch.autograd.Function):
@@ -98,3 +97,26 @@ class Attached(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         return grad * ctx.scale if ctx.scale != 1 else grad, None, None
+
+
+class CatRows:
+    """Every rank's rows of one cat state in the ``(W, capacity, *dims)`` table, rank by rank: a pair of index
+    tensors (rank, row) made once per cut on the host and moved to the table's device without waiting, so that
+    reading them is one indexing operation (no host round trip, nothing per rank)."""
+
+    __slots__ = ("cat", "rank_index", "row_index", "total")
+
+    def __init__(self, cat: Any, rows: list[int]) -> None:
+        counts = torch.tensor(rows, dtype=torch.int64)
+        self.cat, self.total = cat, int(counts.sum())
+        ranks = torch.repeat_interleave(torch.arange(len(rows)), counts)
+        starts = torch.cumsum(counts, 0) - counts
+        device = cat.recv.device
+        self.rank_index = ranks.to(device, non_blocking=True)
+        self.row_index = (torch.arange(self.total) - torch.repeat_interleave(starts, counts)).to(
+            device, non_blocking=True
+        )
+
+    def pick(self, table: torch.Tensor) -> torch.Tensor:
+        """The rows of every rank, concatenated in rank order, from ``table`` (the state's ``(W, capacity, ...)``)."""
+        return table[self.rank_index, self.row_index]
