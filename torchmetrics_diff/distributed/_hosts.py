@@ -24,15 +24,15 @@ messages with the same partners (recursive doubling: ``ceil(log2 W)`` rounds, on
 a power of two), where gloo's own ring collectives take ``W - 1`` hops (an all-gather) or ``2(W - 1)`` (an
 all-reduce).
 
-*A peer that leaves* (its process exits or its connection breaks) is seen at once only by the ranks that
-exchange with it; the others would wait for the group's timeout on partners that are themselves stuck. So the
-first rank that sees it posts it on the group's *board* (a key of the group's store, :meth:`Host.post`) and sends
-each of its own partners a *notice*: a 16-byte message (a marker, then the rank that left), on the tags they receive on, that completes whatever
-receive they have posted (or their next one; gloo accepts a message shorter than the receive). A rank that receives a notice
-reads the board, sends notices to its own partners and raises the same :class:`~._failure.PeerLeftError`, naming
-the rank that left; so the news crosses the partner graph in at most ``log2 W`` hops. A rank waiting in one of
-gloo's own collectives on the group instead reads the board while it waits (:func:`._backend._wait`). Once a
-peer left, every later exchange on the host raises at once.
+*A peer that leaves* (its process exits or its connection breaks) is seen at once only by the ranks that exchange
+with it; the others would wait for the group's timeout on partners that are themselves stuck. So the first rank that
+sees it posts it on the group's *board* (a key of the group's store, :meth:`Host.post`) and sends each of its own
+partners a *notice*: a 16-byte message (a marker, then the rank that left), on the tags they receive on, that
+completes whatever receive they have posted, or their next one (gloo accepts a message shorter than the receive). A
+rank that receives a notice reads the board, sends notices to its own partners and raises the same
+:class:`~._failure.PeerLeftError`, naming the rank that left; so the news crosses the partner graph in at most
+``log2 W`` hops. A rank waiting in one of gloo's own collectives on the group instead reads the board while it waits
+(:func:`._backend._wait`). Once a peer left, every later exchange on the host raises at once.
 """
 
 from __future__ import annotations
