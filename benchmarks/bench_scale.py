@@ -40,6 +40,10 @@ collection's compute, ``all_gather_cat`` and ``all_reduce``; for the loss steps 
 (the global batch grows 64x from 64 to 4096 ranks), and for ``gather_all_tensors``, whose output is a list of W
 tensors, at most the growth of that list; at most 8x for the first call and the shape change.
 
+A third table is counted, not timed: *a failure's propagation*, the notice hops (``distributed/_hosts.py``) after
+the partners of a rank that left see it until every surviving rank knows, on the partner graph of the package's
+header exchanges at each W (target: at most ``log2 W``).
+
 Run alone: ``python benchmarks/bench_scale.py [--quick]``; with ``--profile CASE`` (e.g. ``"MeanMetric sync"``)
 it prints cProfile's top functions of that case at ``--world`` ranks (default 4096) instead.
 """
@@ -448,7 +452,53 @@ def main(args: Any) -> list[Check]:
         Check(f"{case}: host work W={last} / W={first}", ratio(results[last][case], results[first][case]), "<=", limit)
         for case, limit in GROWTH_TARGETS.items()
     ]
+    print()
+    hops = {w: propagation_hops(w) for w in WORLDS}
+    print(propagation_table(hops))
+    checks += [
+        Check(f"a failure's propagation at W={w}: notice hops until every survivor knows", hops[w], "<=", math.log2(w))
+        for w in WORLDS
+    ]
     return checks
+
+
+# ---------------------------------------------------------------------------------- a failure's propagation
+def propagation_hops(world: int, victims: int = 64) -> int:
+    """The most notice hops until every surviving rank knows that a rank left, over ``victims`` ranks spread over
+    the world (the first rank, the last, and evenly between).
+
+    A rank that left is seen at once by its partners in the header exchanges (``Host.partners()``: the ranks it
+    swaps with in the log-depth all-gather and fingerprint); each rank that knows sends its own partners a notice
+    (``distributed._hosts``), one hop. This counts hops of that graph without the rank that left (a breadth-first
+    search from its partners), the worst case for ranks that all wait in an exchange: a rank busy elsewhere hears
+    at its next call, and a rank in one of gloo's own collectives reads the group's store within 0.1 s instead.
+    """
+    from torchmetrics_diff.distributed._hosts import Host
+
+    partners = [Host(lambda: None, r, world, twin=False).partners() for r in range(world)]
+    worst = 0
+    for gone in sorted({0, world - 1, *range(0, world, max(1, world // victims))}):
+        known = {r for r in partners[gone] if r != gone}
+        frontier, hops = set(known), 0
+        while len(known) < world - 1:
+            frontier = {p for r in frontier for p in partners[r] if p != gone and p not in known}
+            if not frontier:
+                raise RuntimeError(f"W={world}: the partner graph without rank {gone} is not connected")
+            known |= frontier
+            hops += 1
+        worst = max(worst, hops)
+    return worst
+
+
+def propagation_table(hops: dict[int, int]) -> str:
+    rows = [["notice hops after its partners, until every survivor knows", *(str(hops[w]) for w in WORLDS)]]
+    rows.append(["log2 W", *(f"{math.log2(w):g}" for w in WORLDS)])
+    return table(
+        "A failure's propagation: the partners of the rank that left see it; each tells its own partners",
+        ["", *(f"W={w}" for w in WORLDS)],
+        rows,
+        ["one hop: a notice of 16 bytes to a partner blocked in a header exchange (distributed/_hosts.py)"],
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- profile
