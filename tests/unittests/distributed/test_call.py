@@ -273,31 +273,36 @@ def test_fingerprint_rounds_on_a_subgroup_address_its_group_ranks() -> None:
 
 
 # ------------------------------------------------------------------ whole names compared; errors sized for W
-def _long_names_body(rank: int, world: int, mode: str) -> Any:
-    """Two metric classes whose names share their first 66 characters, one on rank 0, the other elsewhere."""
+def _long_names_body(rank: int, world: int) -> dict[str, Any]:
+    """Two metric classes whose names share their first 64 characters, one on rank 0, the other elsewhere, under
+    every checks mode in turn (each mode's first call exchanges every rank's header)."""
     from torchmetrics_diff import SumMetric
     from torchmetrics_diff.distributed import set_checks
 
-    set_checks(mode)
     shared = "GlobalTokenWeightedAccumulatorForTheValidationSetOfEveryLanguage"  # 64 characters, then the class's own
     assert len(shared) == 64
-    cls = type(shared + ("Sum" if rank == 0 else "Total"), (SumMetric,), {})
-    metric = cls()
-    metric.update(torch.tensor(1.0 if rank == 0 else 100.0))
-    got = outcome(metric.compute)
+    out = {}
+    for mode in ("steady", "full", "off"):
+        set_checks(mode)
+        cls = type(shared + ("Sum" if rank == 0 else "Total") + mode, (SumMetric,), {})
+        metric = cls()
+        metric.update(torch.tensor(1.0 if rank == 0 else 100.0))
+        out[mode] = outcome(metric.compute)
     set_checks("steady")
-    return got
+    return out
 
 
-@pytest.mark.parametrize("mode", ["steady", "full", "off"])
 @pytest.mark.parametrize("world_size", [2, 9])
-def test_calls_whose_names_share_64_characters_are_not_paired(world_size: int, mode: str) -> None:
-    """The header compares a hash of the whole name (its readable part is 48 bytes): every rank raises, where the
-    ranks used to pair and return a wrong sum (201 at W=2 for 3 and 300)."""
-    results = run_once(_long_names_body, world_size, mode, forked=True, timeout=120)
+def test_calls_whose_names_share_64_characters_are_not_paired(world_size: int) -> None:
+    """The header compares a hash of the whole name (its readable part is 48 bytes): every rank raises, in every
+    checks mode, where the ranks used to pair and return a wrong sum (201 at W=2 for 3 and 300)."""
+    results = run_once(_long_names_body, world_size, forked=True, timeout=120)
     for rank, res in enumerate(results):
-        failure = problem(f"rank {rank}", res, "RanksDisagreeError", ("ranks are in different calls", "...'"))
-        assert not failure, failure
+        for mode, got in res.items():
+            failure = problem(
+                f"rank {rank} {mode}", got, "RanksDisagreeError", ("ranks are in different calls", "...'")
+            )
+            assert not failure, failure
 
 
 def _table(calls: list[tuple[str, int, int]]) -> Any:
