@@ -9,10 +9,10 @@ group whose backend carries CPU tensors:
   store prefixed inside the group's own store. Its name is therefore the parent's on every member, whatever
   other groups exist or were made first (``torch.distributed.new_group`` names groups from a process-wide count
   or from how many groups the process knows, which differ between ranks that belong to different groups — the
-  twin never goes through it). It waits as long as the parent group's timeout before raising. It connects
-  lazily (gloo's lazy initialisation): a rank opens a connection to a peer at their first message, so it holds
-  one per partner of the exchanges below (``log2 W`` of them, one more when ``W`` is not a power of two), not
-  one per rank.
+  twin never goes through it). It waits as long as the parent group's timeout before raising. Above
+  :data:`EAGER_MAX_RANKS` ranks it connects lazily (gloo's lazy initialisation): a rank opens a connection to a
+  peer at their first message, so it holds one per partner of the exchanges below (``log2 W`` of them, one more
+  when ``W`` is not a power of two), not one per rank.
 
 Making a twin is a rendezvous of the group's members only (on the group's own store), at the first call on the
 group, which every member reaches: safe at any moment relative to the user's own ``new_group`` or
@@ -61,6 +61,11 @@ _NOTICE = -0x7444_4C65_6674_4E6F
 #: and wake-up cost more than the ring's extra hops at this size (measured at W=2 on a 2-core machine: a sync of 16
 #: scalar states took 1.48 ms over point-to-point, 1.03 ms over gloo's all-gather)
 RING_MAX_RANKS = 8
+#: a twin of at most this many ranks connects to every peer when it is made (at most 3 connections per rank): a
+#: lazily connecting rank that reaches a call after its peers gave up on it waits for their addresses beyond the
+#: group's timeout (measured: a rank 4.5 s late in a group of 4 with a 3 s timeout raised after 16.5 s, against at
+#: most twice the timeout when connected beforehand)
+EAGER_MAX_RANKS = 4
 _ROLL_S = 1.5  # how long the ranks that read of a departure without a rank wait for every survivor to answer
 
 
@@ -208,7 +213,11 @@ def make_host(group: Callable[[], Any], rank: int, size: int) -> Host:
         store = dist.PrefixStore(f"{generation}/", store)
     if carries_cpu(pg):
         return Host(group, rank, size, twin=False, store=store)
-    twin = _lazy_gloo(store, rank, size, group_timeout(pg))
+    timeout = group_timeout(pg)
+    if size > EAGER_MAX_RANKS:
+        twin = _lazy_gloo(store, rank, size, timeout)
+    else:
+        twin = dist.ProcessGroupGloo(store, rank, size, timeout)
     return Host(lambda: twin, rank, size, twin=True, store=store)
 
 
