@@ -175,7 +175,8 @@ class Host:
     def _roll_call(self, posted: tuple[int | None, str, str]) -> tuple[int | None, str, str]:
         """A departure posted without a rank (the backend's collective did not say whose connection broke): every
         rank that reads it says it is here, and waits up to :data:`_ROLL_S` for every rank but one to say so, or for
-        a named post; the ranks that did not answer are the ones that left (the first verdict posted stands)."""
+        a named post; one rank then reads who answered (``W`` requests to the store, once per group) and posts the
+        one that did not as the rank that left; the others wait up to :data:`_ROLL_S` more for that verdict."""
         store = self._store
         try:
             store.set(f"here/{self.rank}", "")
@@ -184,10 +185,13 @@ class Host:
             while answered < self.size - 1 and time.monotonic() < deadline and not store.check(["left"]):
                 time.sleep(0.02)
                 answered = store.add("here", 0)
-            if not store.check(["left"]):
+            if not store.check(["left"]) and store.add("scans", 1) == 1:  # one rank reads the answers (W requests)
                 missing = [r for r in range(self.size) if r != self.rank and not store.check([f"here/{r}"])]
                 if len(missing) == 1:
                     self.post(missing[0], posted[1], posted[2])
+            deadline = time.monotonic() + _ROLL_S
+            while not store.check(["left"]) and time.monotonic() < deadline:  # the others wait for its verdict
+                time.sleep(0.02)
         except Exception:  # a store that cannot answer: the departure stays unnamed
             return posted
         return self.read() or posted
