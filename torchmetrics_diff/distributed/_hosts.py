@@ -290,9 +290,7 @@ def all_gather(host: Host, out: torch.Tensor, inp: torch.Tensor) -> None:
             return
         if rank >= low:  # an extra rank: its partner holds its block and sends the whole table back
             peer = rank - low
-            _send(host, inp, peer, _GATHER_TAG)
-            _recv(host, out, peer, _GATHER_TAG)
-            _received(_bytes(host, out), 0)
+            _swap(host, inp, out, peer, _GATHER_TAG, _bytes(host, out), 0)
             return
         extra = size > low
         slot = 2 * n if extra else n
@@ -361,9 +359,8 @@ def max_reduce(host: Host, buf: torch.Tensor) -> None:
     try:
         if rank >= low:  # an extra rank: its partner folds it in, then sends the result back
             peer = rank - low
-            _send(host, buf, peer)
-            _recv(host, buf, peer)
-            _received(mine, 0)
+            _swap(host, buf, scratch, peer, _TAG, theirs, 0)  # (receiving at once: a notice can end the wait)
+            mine[:] = theirs
             return
         if rank + low < size:
             peer = rank + low
