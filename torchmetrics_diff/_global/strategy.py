@@ -37,7 +37,7 @@ from torch import Tensor
 from torchmetrics_diff.distributed import all_reduce, gather_all_tensors, get_checks
 from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
-from torchmetrics_diff.distributed._call import CONTEXT, derived, exchange
+from torchmetrics_diff.distributed._call import CONTEXT, exchange, group_state
 from torchmetrics_diff.distributed._collectives import fail_together
 from torchmetrics_diff.distributed._compile import compiling, outside_graph, sum_across_ranks
 from torchmetrics_diff.distributed._failure import RanksDisagreeError
@@ -246,7 +246,7 @@ def resolve(options: Options, rows: int, width: int, itemsize: int, views: int =
         pick = auto_strategy(rows, rows, width, 1, itemsize, views)
     else:
         if memory is None:
-            memory = derived(options.group).setdefault(f"auto strategy: {key}", AutoChoice())
+            memory = group_state(options.group).auto.setdefault(key, AutoChoice())
         if memory.total < 0 and get_checks(options.group) == "off":
             # no header exchange to carry the rows (and a fixed-metadata mode): a fixed first pick, then the batch
             # its gather shows to every rank

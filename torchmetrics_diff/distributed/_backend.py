@@ -6,17 +6,16 @@ rest of the package calls one function per operation and never probes ``torch.di
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
-import weakref
 from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
-from torchmetrics_diff.distributed._failure import RUNNING, Board, backend_error
+from torchmetrics_diff.distributed._failure import Board, backend_error
+from torchmetrics_diff.distributed._groups import known, state_of
 from torchmetrics_diff.distributed._reductions import wire_view
 
 Group = Optional[Any]  # a ``ProcessGroup`` or ``None`` for the default (WORLD) group
@@ -43,7 +42,7 @@ _bind_torch_nn_defaults()
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
-_REDUCE_OPS = {"sum": "SUM", "min": "MIN", "max": "MAX"}
+_REDUCE_OPS = {"sum": "SUM", "min": "MIN", "max": "MAX"}  # (never written; Dynamo cannot read a mappingproxy)
 
 # Switching autograd off and on for one sync. ``torch.no_grad()`` does the same through several Python layers,
 # which are slow right after a collective (docs/guide/sync_engine.rst, "Waiting"); the C toggle it
@@ -66,7 +65,7 @@ _DTYPES: tuple[torch.dtype, ...] = (
     torch.complex64,
     torch.complex128,
 )
-_DTYPE_CODE = {dt: i for i, dt in enumerate(_DTYPES)}
+_DTYPE_CODE = {dt: i for i, dt in enumerate(_DTYPES)}  # (never written, as _REDUCE_OPS)
 
 
 def dtype_code(dtype: torch.dtype) -> int:
@@ -92,30 +91,28 @@ def _default_group() -> Any:
     return dist.GroupMember.WORLD if dist.is_available() else None
 
 
-# (weak reference to the group, size, this process's rank) by id of the group object. A group's size and this
-# process's rank in it never change, and every sync asks for both: asking torch.distributed each time is slow
-# right after a collective (its Python is then out of the CPU's caches). The weak reference tells a live group
-# from a new one that reuses a destroyed group's id.
-_SHAPES: dict[int, tuple[Any, int, int]] = {}
-
-
 def _group_shape(group: Group) -> tuple[int, int]:
     """``(size, rank)`` of ``group`` for this process; ``(1, 0)`` when not distributed; negative when not a
-    member (never cached)."""
+    member.
+
+    Read from the group's state (:mod:`._groups`): a group's size and this process's rank in it never change, and
+    every sync asks for both; asking torch.distributed each time is slow right after a collective (its Python is
+    then out of the CPU's caches).
+    """
     world = _default_group()
     if world is None:
         return 1, 0
     pg = world if group is None else group
     if torch.compiler.is_compiling():  # Dynamo folds these two calls into constants; it cannot trace id()/weakref
         return dist.get_world_size(pg), dist.get_rank(pg)
-    hit = _SHAPES.get(id(pg))
-    if hit is not None and hit[0]() is pg:
-        return hit[1], hit[2]
-    size, rank = dist.get_world_size(pg), dist.get_rank(pg)
-    if size > 0 and rank >= 0:
-        with contextlib.suppress(TypeError):  # a group object without weak references: asked every time
-            _SHAPES[id(pg)] = (weakref.ref(pg), size, rank)
-    return size, rank
+    state = known(pg)
+    if state is not None:
+        return state.size, state.rank
+    try:
+        state = state_of(pg)
+    except ValueError:  # not a member: nothing kept
+        return dist.get_world_size(pg), dist.get_rank(pg)
+    return state.size, state.rank
 
 
 def group_size(group: Group = None) -> int:
@@ -166,7 +163,13 @@ _yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
 _READ_AFTER_S, _READ_S = 0.05, 0.1
 
 
-def _wait(work: Any, tensor: torch.Tensor) -> None:
+def board_of(group: Group) -> Board | None:
+    """The notice board of ``group`` (its host, once a call exchanged a header on it), else ``None``."""
+    state = known(_default_group() if group is None else group)
+    return None if state is None else state.host
+
+
+def _wait(work: Any, tensor: torch.Tensor, board: Board | None = None) -> None:
     """Wait for an asynchronous collective: poll then block on the CPU, just ``wait()`` on accelerators.
 
     A CUDA work is not polled: ``wait()`` only orders the current stream after it, and polling would make the
@@ -178,7 +181,6 @@ def _wait(work: Any, tensor: torch.Tensor) -> None:
         deadline = time.perf_counter() + _POLL_S
         while not work.is_completed() and time.perf_counter() < deadline:
             _yield()
-        board = RUNNING.board
         if board is not None and not work.is_completed():
             _watch(work, board)
     work.wait()
@@ -207,22 +209,23 @@ def all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -
     if inp.dtype == torch.bool:  # not every backend reduces or gathers bool; bytes always travel
         out, inp = wire_view(out), wire_view(inp)
     try:
-        _wait(_all_gather_flat(out, inp, group=group, async_op=True), inp)
+        _wait(_all_gather_flat(out, inp, group=group, async_op=True), inp, board_of(group))
     except RuntimeError as err:
-        raise backend_error("all_gather", err) from err
+        raise backend_error("all_gather", err, None, board_of(group)) from err
 
 
 def reduce_scatter_flat(out: torch.Tensor, inp: torch.Tensor, group: Group = None) -> None:
     """``out`` = the ``rank``-th of ``W`` equal chunks of the elementwise sum of every rank's ``inp``."""
     try:
-        _wait(_reduce_scatter_flat(out, inp, op=dist.ReduceOp.SUM, group=group, async_op=True), inp)
+        _wait(_reduce_scatter_flat(out, inp, op=dist.ReduceOp.SUM, group=group, async_op=True), inp, board_of(group))
     except RuntimeError as err:
-        raise backend_error("reduce_scatter", err) from err
+        raise backend_error("reduce_scatter", err, None, board_of(group)) from err
 
 
 def all_reduce_(tensor: torch.Tensor, op: str, group: Group = None) -> None:
     """In-place all-reduce of ``tensor`` with ``op`` in ``{"sum", "min", "max"}``."""
     try:
-        _wait(dist.all_reduce(tensor, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]), group=group, async_op=True), tensor)
+        work = dist.all_reduce(tensor, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]), group=group, async_op=True)
+        _wait(work, tensor, board_of(group))
     except RuntimeError as err:
-        raise backend_error("all_reduce", err) from err
+        raise backend_error("all_reduce", err, None, board_of(group)) from err

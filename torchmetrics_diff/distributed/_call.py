@@ -27,8 +27,8 @@ rank's header is exchanged only when needed: each call first max-reduces a fixed
 number, count, name, the id of the table of payloads the ranks agreed on at an earlier call of this name, and
 whether this rank's payload changed) in ``log2 W`` pairwise rounds; when every rank agrees, the agreed table is the
 answer (the same list object as then), else every rank exchanges its header as above, in the same call. The
-state the package keeps per group (counts, the inline area, the host, the checks, the agreed tables) is one
-:class:`_GroupState`.
+state the package keeps per group (counts, the inline area, the host, the checks, the agreed tables, the buffers)
+is the group's :class:`~._groups.GroupState`.
 
 Every exchange sends the header, then an inline area that a state sync of CPU data fills with its own row when it
 fits (:func:`inline_buffers`), so that on CPU/gloo a sync is one collective. The area's size is the group's, the
@@ -43,8 +43,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
-import weakref
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -54,7 +52,8 @@ import torch.distributed as dist
 
 from torchmetrics_diff.distributed import _hosts
 from torchmetrics_diff.distributed._backend import Group
-from torchmetrics_diff.distributed._failure import RUNNING, RanksDisagreeError, peers_failed, ranks_text
+from torchmetrics_diff.distributed._failure import RanksDisagreeError, peers_failed, ranks_text
+from torchmetrics_diff.distributed._groups import CHECKS, FINGERPRINT_INTS, INLINE_BYTES, REGISTRY, GroupState, state_of
 from torchmetrics_diff.distributed._hosts import Host, make_host
 
 #: int64 per rank in every header exchange: the same for every call, so ranks in different calls still meet
@@ -63,10 +62,9 @@ _FIXED = 13  # magic, sequence, count, status, payload length, inline bytes want
 _NAME_INTS = 6
 _NAME = slice(6, _FIXED)  # what two ranks in the same call have alike: the name's hash and its readable prefix
 _SAME = np.r_[1, 2, 6:_FIXED]  # the columns every rank's header must share with rank 0's: sequence, count, name
+_SAME.flags.writeable = False
 #: int64 of call metadata a header carries
 PAYLOAD = HEADER_INTS - _FIXED
-#: the inline area's size on a group where no call wanted a larger one (see :func:`inline_capacity`)
-INLINE_BYTES = 1536
 #: the largest inline area: a larger row is bandwidth-bound (a collective of its own costs little more), and every
 #: call on the group would pay for the area's bytes
 MAX_INLINE_BYTES = 128 * 1024
@@ -77,24 +75,13 @@ EXCHANGE_BYTES = 8 * HEADER_INTS + INLINE_BYTES
 _MAGIC = 0x7444_6966_6643_6C6C  # never a sequence number or a small count: a rank in a foreign protocol shows
 _READY, _FAILED = 0, 1
 
-#: the values of :func:`set_checks`: what the package checks before each call's data moves
-CHECKS = ("full", "steady", "off")
 #: under ``"steady"``, groups of at most this many ranks exchange full headers (an all-gather of about 2 KiB per
 #: rank, which also carries small CPU data); larger groups exchange a fixed-size fingerprint instead
 FULL_HEADER_MAX_RANKS = 8
 _AGREED_PER_NAME = 4  # agreed tables remembered per call name (several objects may make calls of one name)
-_FULL, _FINGERPRINT, _OFF = 0, 1, 2  # how a call's header travels (see _GroupState.transport)
+_FULL, _FINGERPRINT, _OFF = 0, 1, 2  # how a call's header travels (see _header_route)
 _IDS = 5  # the fingerprint's identity ints: sequence, count, name (2), agreed table
-
-
-def _checks_from_environment() -> str:
-    mode = os.environ.get("TORCHMETRICS_DIFF_CHECKS", "steady").strip().lower()
-    if mode not in CHECKS:
-        raise ValueError(f"TORCHMETRICS_DIFF_CHECKS must be one of {CHECKS}; got {mode!r}")
-    return mode
-
-
-_default_checks = _checks_from_environment()
+assert 2 * _IDS + 1 == FINGERPRINT_INTS  # (ids, -ids, changed)
 
 
 class _CallContext:
@@ -109,7 +96,10 @@ class _CallContext:
             after an error they all raised (see :func:`fresh_count`).
 
     A plain object with plain attributes (no ``__slots__``, no context manager): ``torch.compile`` traces the
-    assignments of :func:`enter` and :func:`leave` as side effects, without a graph break.
+    assignments of :func:`enter` and :func:`leave` as side effects, without a graph break. It is the one piece of
+    per-process call state outside the group registry (:mod:`._groups`): an entry point is named before its group
+    is known, and a ``contextvars.ContextVar`` cannot be set in a ``fullgraph`` compiled frame (Dynamo refuses
+    ``ContextVar.set``). Entry points restore it in a ``finally`` (Dynamo traces that without a graph break).
     """
 
     def __init__(self) -> None:
@@ -118,7 +108,7 @@ class _CallContext:
         self.epoch = 0
 
 
-#: the process's call context (the groups' own state is in :class:`_GroupState`)
+#: the process's call context (the groups' own state is in :class:`~._groups.GroupState`)
 CONTEXT = _CallContext()
 
 
@@ -132,100 +122,47 @@ class _Agreed:
         self.ident = hash(tuple(map(tuple, rows))) & 0x3FFF_FFFF_FFFF_FFFF or 1  # the same on every rank
 
 
-class _GroupState:
-    """Everything the package keeps per process group: counts, the inline area, the host, the checks, the tables.
-
-    Made at the group's first call (see :func:`_state`), held by id of the group object with a weak reference that
-    tells a live group from a new one at that id.
-    """
-
-    __slots__ = (
-        "agreed",
-        "checks",
-        "derived",
-        "epoch",
-        "fingerprint",
-        "host",
-        "inline",
-        "names",
-        "rank",
-        "recent",
-        "ref",
-        "seq",
-        "size",
-        "view",
-    )
-
-    def __init__(self, pg: Any) -> None:
-        try:
-            self.ref: Callable[[], Any] = weakref.ref(pg)
-        except TypeError:  # a group object without weak references: held for the process's lifetime
-            self.ref = (lambda obj: lambda: obj)(pg)
-        else:  # forgotten when the group ends (so does its twin, if it has one), or at exit while the interpreter lives
-            weakref.finalize(pg, _forget, id(pg), self)
-        self.size, self.rank = dist.get_world_size(pg), dist.get_rank(pg)
-        self.seq = 0  # calls on the group so far
-        self.names: dict[str, int] = {}  # calls of each name so far (in the current error epoch)
-        self.epoch = CONTEXT.epoch
-        self.inline = INLINE_BYTES  # the inline area's bytes (full headers only)
-        self.recent: list[int] = []  # the largest inline row wanted by each of the last _WINDOW exchanges
-        self.host: Host | None = None  # made at the first exchange
-        self.checks: str | None = None  # this group's mode (set_checks); None: the process's default
-        self.agreed: dict[str, dict[tuple[int, ...], _Agreed]] = {}  # by call name, by this rank's payload
-        self.derived: dict[str, Any] = {}  # what callers derived from an agreed table, by their key (see derived)
-        self.fingerprint = torch.zeros(2 * _IDS + 1, dtype=torch.int64)
-        self.view = self.fingerprint.numpy()
-
-    def transport(self) -> int:
-        """How this group's headers travel now: full headers, a fingerprint, or nothing (checks off)."""
-        mode = self.checks or _default_checks
-        if mode == "off":
-            return _OFF
-        if mode == "full" or self.size <= FULL_HEADER_MAX_RANKS:
-            return _FULL
-        return _FINGERPRINT
-
-    def next_count(self, name: str) -> tuple[int, int]:
-        """This process's (calls on the group so far, calls of ``name`` so far), then counts this one. The counts
-        of names restart after an error of a header exchange, as objects' counts do (:func:`fresh_count`)."""
-        if self.epoch != CONTEXT.epoch:
-            self.names, self.epoch = {}, CONTEXT.epoch
-        seq, count = self.seq, self.names.get(name, 0)
-        self.seq, self.names[name] = seq + 1, count + 1
-        return seq, count
-
-    def resize(self, wanted: int) -> None:
-        """After a full exchange every rank passed: the inline area becomes the largest row wanted over the last
-        :data:`_WINDOW` exchanges (rounded up to :data:`_STEP`; a row over :data:`MAX_INLINE_BYTES` never fits and
-        counts as none; ``wanted``: the largest row the exchange's headers wanted), growing at once and shrinking
-        when it is under half the area (so it does not flap)."""
-        recent = self.recent
-        recent.append(wanted if wanted <= MAX_INLINE_BYTES else 0)
-        if len(recent) > _WINDOW:
-            del recent[0]
-        need = max(recent)
-        size = INLINE_BYTES if need <= INLINE_BYTES else min(-(-need // _STEP) * _STEP, MAX_INLINE_BYTES)
-        if size > self.inline or 2 * size <= self.inline:
-            self.inline = size
-
-    def remember(self, name: str, key: tuple[int, ...], rows: list[list[int]]) -> None:
-        tables = self.agreed.setdefault(name, {})
-        tables.pop(key, None)
-        if len(tables) >= _AGREED_PER_NAME:
-            del tables[next(iter(tables))]
-        tables[key] = _Agreed(rows)
+def _header_route(state: GroupState) -> int:
+    """How the group's headers travel now: full headers, a fingerprint, or nothing (checks off)."""
+    mode = state.checks or REGISTRY.checks
+    if mode == "off":
+        return _OFF
+    if mode == "full" or state.size <= FULL_HEADER_MAX_RANKS:
+        return _FULL
+    return _FINGERPRINT
 
 
-# per group, by id of the group object (see _GroupState)
-_GROUPS: dict[int, _GroupState] = {}
+def _next_count(state: GroupState, name: str) -> tuple[int, int]:
+    """This process's (calls on the group so far, calls of ``name`` so far), then counts this one. The counts of
+    names restart after an error of a header exchange, as objects' counts do (:func:`fresh_count`)."""
+    if state.epoch != CONTEXT.epoch:
+        state.names, state.epoch = {}, CONTEXT.epoch
+    seq, count = state.seq, state.names.get(name, 0)
+    state.seq, state.names[name] = seq + 1, count + 1
+    return seq, count
 
 
-def _forget(key: int, state: _GroupState) -> None:
-    """Drop ``state`` (held at ``key``) once its group ended, unless a newer group's state took the key."""
-    if _GROUPS.get(key) is state:
-        del _GROUPS[key]
-    if RUNNING.board is not None and RUNNING.board is state.host:  # (it would keep a twin alive)
-        RUNNING.board = None
+def _resize(state: GroupState, wanted: int) -> None:
+    """After a full exchange every rank passed: the inline area becomes the largest row wanted over the last
+    :data:`_WINDOW` exchanges (rounded up to :data:`_STEP`; a row over :data:`MAX_INLINE_BYTES` never fits and
+    counts as none; ``wanted``: the largest row the exchange's headers wanted), growing at once and shrinking when
+    it is under half the area (so it does not flap)."""
+    recent = state.recent
+    recent.append(wanted if wanted <= MAX_INLINE_BYTES else 0)
+    if len(recent) > _WINDOW:
+        del recent[0]
+    need = max(recent)
+    size = INLINE_BYTES if need <= INLINE_BYTES else min(-(-need // _STEP) * _STEP, MAX_INLINE_BYTES)
+    if size > state.inline or 2 * size <= state.inline:
+        state.inline = size
+
+
+def _remember(state: GroupState, name: str, key: tuple[int, ...], rows: list[list[int]]) -> None:
+    tables = state.agreed.setdefault(name, {})
+    tables.pop(key, None)
+    if len(tables) >= _AGREED_PER_NAME:
+        del tables[next(iter(tables))]
+    tables[key] = _Agreed(rows)
 
 
 def enter(name: str, count: int) -> None:
@@ -265,24 +202,20 @@ def call_name(op: str) -> str:
     return f"{entry}: {op}" if entry else op
 
 
-def _state(group: Group) -> _GroupState:
-    """The group's :class:`_GroupState`, made at its first call."""
-    pg = dist.GroupMember.WORLD if group is None else group
-    state = _GROUPS.get(id(pg))
-    if state is None or state.ref() is not pg:
-        state = _GROUPS[id(pg)] = _GroupState(pg)
-    return state
+def _state(group: Group) -> GroupState:
+    """The group's :class:`~._groups.GroupState`, made at its first call."""
+    return state_of(dist.GroupMember.WORLD if group is None else group)
 
 
 def reset_groups() -> None:
     """Forget every group's state (counts, tables, hosts): for a harness that starts each task afresh."""
-    _GROUPS.clear()
+    REGISTRY.states.clear()
 
 
-def derived(group: Group) -> dict[str, Any]:
-    """The group's store of what callers derive from a table :func:`exchange` returned (checked peers, offsets),
-    kept with the table so that a steady call, which gets the same table back, derives nothing again."""
-    return _state(group).derived
+def group_state(group: Group) -> GroupState:
+    """The group's state, where callers keep what they derive from a table :func:`exchange` returned (checked
+    metadata, a strategy's memory), so that a steady call, which gets the same table back, derives nothing again."""
+    return _state(group)
 
 
 def host(group: Group) -> Host:
@@ -290,7 +223,7 @@ def host(group: Group) -> Host:
     return _host_of(_state(group))
 
 
-def _host_of(state: _GroupState) -> Host:
+def _host_of(state: GroupState) -> Host:
     if state.host is None:
         state.host = make_host(state.ref, state.rank, state.size)
     return state.host
@@ -325,11 +258,10 @@ def set_checks(mode: str, group: Group = None, *, default: bool = False) -> None
         'full'
         >>> set_checks("steady", default=True)
     """
-    global _default_checks
     if mode not in CHECKS:
         raise ValueError(f"`mode` must be one of {CHECKS}; got {mode!r}")
     if default:
-        _default_checks = mode
+        REGISTRY.checks = mode
         return
     _state(group).checks = mode
 
@@ -349,8 +281,8 @@ def get_checks(group: Group = None) -> str:
         'steady'
     """
     if not (dist.is_available() and dist.is_initialized()):
-        return _default_checks
-    return _state(group).checks or _default_checks
+        return REGISTRY.checks
+    return _state(group).checks or REGISTRY.checks
 
 
 def inline_capacity(group: Group) -> int:
@@ -362,7 +294,7 @@ def inline_capacity(group: Group) -> int:
     changes nothing), so ranks that reach different calls still send as many bytes as each other.
     """
     state = _state(group)
-    return state.inline if state.transport() == _FULL else 0
+    return state.inline if _header_route(state) == _FULL else 0
 
 
 @functools.lru_cache(maxsize=1024)  # a few names per program, each encoded once
@@ -383,42 +315,33 @@ def _decode(ints: Sequence[int]) -> str:
     return raw.rstrip(b"\0").decode("ascii", "replace")
 
 
-# the header exchange's (send, receive, NumPy views of the send header and of the received headers) buffers, by
-# (world size, inline bytes)
-_BUFFERS: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, Any, Any]] = {}
-# their inline areas (send, table): the same view objects every call, so callers can tell a new buffer by identity
-_INLINE: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _buffers(world: int, inline: int) -> tuple[torch.Tensor, torch.Tensor, Any, Any]:
-    """The (send, receive) byte buffers of the header exchanges of ``world`` ranks with ``inline`` bytes of inline
-    area, made once, and NumPy int64 views of the send buffer's header and of every rank's header in the receive
-    buffer (reading Python ints through them costs a fraction of the tensor operations that would do it)."""
-    bufs = _BUFFERS.get((world, inline))
+def _buffers(state: GroupState, inline: int) -> tuple[Any, ...]:
+    """The (send, receive) byte buffers of the group's header exchanges with ``inline`` bytes of inline area, made
+    once, NumPy int64 views of the send buffer's header and of every rank's header in the receive buffer (reading
+    Python ints through them costs a fraction of the tensor operations that would do it), and the inline areas
+    (send, table): ``(send, table, ints, heads, inline send, inline table)``."""
+    bufs = state.buffers.get(inline)
     if bufs is None:
-        if len(_BUFFERS) >= 8:  # sizes a group no longer uses: the next call of that size makes its buffers anew
-            _BUFFERS.clear()
-            _INLINE.clear()
-        size = 8 * HEADER_INTS + inline
+        if len(state.buffers) >= 4:  # sizes the group no longer uses: the next call of that size makes them anew
+            state.buffers.clear()
+        world, size = state.size, 8 * HEADER_INTS + inline
         send = torch.zeros(size, dtype=torch.uint8)
         table = torch.zeros(world * size, dtype=torch.uint8)
         heads = table.view(world, size)[:, : 8 * HEADER_INTS].view(torch.int64).numpy()
-        bufs = _BUFFERS[world, inline] = (send, table, send[: 8 * HEADER_INTS].view(torch.int64).numpy(), heads)
+        ints = send[: 8 * HEADER_INTS].view(torch.int64).numpy()
+        rows = table.view(world, size)[:, 8 * HEADER_INTS :]
+        bufs = state.buffers[inline] = (send, table, ints, heads, send[8 * HEADER_INTS :], rows)
     return bufs
 
 
-def inline_buffers(world: int, inline: int = INLINE_BYTES) -> tuple[torch.Tensor, torch.Tensor]:
-    """The inline area of a header exchange of ``world`` ranks whose area has ``inline`` bytes (the group's
+def inline_buffers(group: Group, inline: int = INLINE_BYTES) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inline area of a header exchange on ``group`` whose area has ``inline`` bytes (the group's
     :func:`inline_capacity`): ``(send, table)``, ``inline`` bytes and ``(world, inline)``. A caller whose data is
     on the CPU and fits writes it into ``send`` before its :func:`exchange` and reads every rank's from ``table``
     after: its sync is then that one collective. The same buffers come back for every call of that size (views of
     them can be kept while the size stays); every header exchange of that size overwrites ``table``."""
-    send, table, _, _ = _buffers(world, inline)
-    views = _INLINE.get((world, inline))
-    if views is None or views[0]._base is not send:  # (made anew with its buffers)
-        size = 8 * HEADER_INTS + inline
-        views = _INLINE[world, inline] = (send[8 * HEADER_INTS :], table.view(world, size)[:, 8 * HEADER_INTS :])
-    return views
+    bufs = _buffers(_state(group), inline)
+    return bufs[4], bufs[5]
 
 
 def _host_rows(heads: Any) -> list[list[int]]:
@@ -476,18 +399,19 @@ def exchange(
     """
     if len(payload) > PAYLOAD:
         raise ValueError(f"a call header carries at most {PAYLOAD} ints; got {len(payload)}")
-    name = RUNNING.call = call_name(op)  # (a backend error in this call's collectives is named by it)
+    name = call_name(op)
     state = _state(group)
-    RUNNING.board = _host_of(state)  # (and posted there, and read while this call's collectives wait)
-    seq, named = state.next_count(name)
+    host = _host_of(state)
+    host.call = name  # (a backend error in this call's collectives is named by it, and posted on its host)
+    seq, named = _next_count(state, name)
     if count is None:
         count = CONTEXT.count if CONTEXT.entry else named
-    transport = state.transport()
-    if transport == _FULL:
+    route = _header_route(state)
+    if route == _FULL:
         return _full(state, name, payload, seq, count, failed, want, state.inline, who, labels, sync)
     key = tuple(payload)
     known = state.agreed.get(name, {}).get(key)
-    if transport == _OFF:
+    if route == _OFF:
         if failed:  # nobody listens: this rank raises its own error (its peers wait for their timeout)
             _failed_exchange()
             return []
@@ -499,11 +423,11 @@ def exchange(
         return known.rows  # type: ignore[union-attr]  # (the fingerprint agrees only on a known table)
     rows = _full(state, name, payload, seq, count, failed, want, 0, who, labels, sync)
     if rows:
-        state.remember(name, key, rows)
+        _remember(state, name, key, rows)
     return rows
 
 
-def _fingerprint(state: _GroupState, seq: int, count: int, name: str, known: _Agreed | None) -> bool:
+def _fingerprint(state: GroupState, seq: int, count: int, name: str, known: _Agreed | None) -> bool:
     """Whether every rank is in this call (the same sequence number, count and name) and proposes the same agreed
     table of payloads (``known``: this rank's, ``None`` when it has none or failed): one fixed-size max-reduction of
     ``(ids, -ids, changed)``, whose maximum ``ids`` equal minus the maximum ``-ids`` exactly when every rank sent
@@ -518,7 +442,7 @@ def _fingerprint(state: _GroupState, seq: int, count: int, name: str, known: _Ag
 
 
 def _full(
-    state: _GroupState,
+    state: GroupState,
     name: str,
     payload: Sequence[int],
     seq: int,
@@ -535,7 +459,7 @@ def _full(
     world = state.size
     status = _FAILED if failed else _READY
     header = [_MAGIC, seq, count, status, len(payload), want, _name_ids(name)[0], *_encode(name), *payload]
-    send, table, ints, heads = _buffers(world, inline)
+    send, table, ints, heads = _buffers(state, inline)[:4]
     ints[: len(header)] = header  # (a NumPy view of the send buffer's header: no tensor made per call)
     _hosts.all_gather(_host_of(state), table, send)
     if failed:  # this rank raises its own error next: its entry point ends there
@@ -552,7 +476,7 @@ def _full(
             raise peers_failed(who or name, ranks if sync else [names[r] for r in ranks], sync=sync)
         raise _different_calls(heads, names)
     if inline:
-        state.resize(int(heads[:, 5].max()))
+        _resize(state, int(heads[:, 5].max()))
     return _host_rows(heads)
 
 

@@ -27,7 +27,7 @@ from torchmetrics_diff.distributed._backend import (
     group_rank,
     group_size,
 )
-from torchmetrics_diff.distributed._call import call_name, derived, exchange, inline_buffers, inline_capacity
+from torchmetrics_diff.distributed._call import call_name, exchange, group_state, inline_buffers, inline_capacity
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._failure import RanksDisagreeError, fail_on_every_rank
 
@@ -122,13 +122,13 @@ def _exchange_metadata(
     if inline is not None:
         data, capacity = inline
         want = data.numel() * data.element_size()
-        send, _ = inline_buffers(world, capacity)
+        send, _ = inline_buffers(group, capacity)
         send[:want].view(data.dtype).view(data.shape).copy_(data)  # (any strides; the area is 8-byte aligned)
     labels = functools.partial(_rank_labels, group, world)
     rows = exchange(fn, payload, group, failed=problem is not None, labels=labels, want=want)
     if problem is not None:
         raise problem
-    cache = derived(group)
+    cache = group_state(group).metas
     known = cache.get(fn)
     if known is not None and known.rows is rows:  # the table of an earlier call that every rank agreed on again
         return cast(_Meta, known)
@@ -410,7 +410,7 @@ def _reduce_across(
     _check_op_dtype(op, tensor.dtype)  # dtypes agree by now: every rank raises alike
     wants = meta.wants  # min/max tie counting is a collective: decide globally
     if inline is not None:  # every rank's tensor came with the header: each rank reduces the rows itself
-        _, table = inline_buffers(world, inline[1])
+        _, table = inline_buffers(group, inline[1])
         rows = table[:, : tensor.numel() * tensor.element_size()].view(tensor.dtype).view(world, *tensor.shape)
         track = wants and grad != "none" and _wants_grad(tensor, grad)
         return ReduceRows.apply(tensor if track else tensor.detach(), rows, op, group, world, grad)

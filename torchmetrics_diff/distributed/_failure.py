@@ -97,31 +97,23 @@ class RanksDisagreeError(DistributedError):
     __module__ = _PUBLIC
 
 
-class _Running:
-    """The call whose collectives run now: its name (``"CLIPLoss.forward: gather_all_tensors"``) and the notice
-    board of its group (``board``, see :class:`Board`), both set by each call's header exchange (its first
-    collective), so that a backend error in the call's later collectives is named by it, and posted on that board."""
-
-    call = ""
-    board: Board | None = None
-
-
 class Board(Protocol):
     """Where the ranks of one group post that a peer left, and read it while they wait (the group's store; the
     group's host, ``_hosts.Host``, implements it).
 
     The first rank whose connection to a peer breaks posts it; every rank that waits longer than a moment in a call
     on that group reads the board and raises the same :class:`PeerLeftError`, naming the rank that left, instead
-    of waiting for the backend's timeout on a peer that is itself stuck.
+    of waiting for the backend's timeout on a peer that is itself stuck. ``call`` is the call running on the group
+    (``"CLIPLoss.forward: gather_all_tensors"``), set by each call's header exchange (its first collective), so that
+    a backend error in the call's later collectives is named by it.
     """
+
+    call: str
 
     def read(self) -> tuple[int | None, str, str] | None: ...
 
     def departed(self, peer: int | None, detail: str, *, notice: bool = False) -> PeerLeftError: ...
 
-
-#: the call running now (see :class:`_Running`)
-RUNNING = _Running()
 
 # what gloo (and the TCP stack under it) says when the process at the other end of a connection went away
 _LEFT = (
@@ -141,31 +133,31 @@ def is_departure(err: BaseException | str) -> bool:
     return any(marker in text for marker in _LEFT)
 
 
-def backend_error(op: str, err: BaseException, peer: int | None = None) -> CollectiveError:
-    """The error to raise for the backend's ``err`` in collective ``op`` (``"all_gather"``) of the running call.
+def backend_error(op: str, err: BaseException, peer: int | None = None, board: Board | None = None) -> CollectiveError:
+    """The error to raise for the backend's ``err`` in collective ``op`` (``"all_gather"``) on a group whose
+    board (:class:`Board`; ``None``: none yet) names the running call.
 
     A connection error (the peer's process exited, or its connection broke) is a :class:`PeerLeftError` naming
-    the call and, when known, the peer (``peer``: a point-to-point exchange's partner), posted on the running
-    call's board (:class:`Board`) so that every peer hears of it; any other error (a timeout, say) a
-    :class:`CollectiveError` ``"{op} failed: {err}"``.
+    the call and, when known, the peer (``peer``: a point-to-point exchange's partner), posted on the board so
+    that every peer hears of it; any other error (a timeout, say) a :class:`CollectiveError`
+    ``"{op} failed: {err}"``.
     """
     if isinstance(err, CollectiveError):  # raised by a wait that read the group's board: already told
         return err
     text = str(err)
     if not is_departure(text):
         return CollectiveError(f"{op} failed: {text}")
-    board = RUNNING.board
     if board is not None:  # this rank saw it: every peer hears of it from the board, and it is named there
         return board.departed(peer, text.strip())
-    call, detail = RUNNING.call or op, text.strip()
+    call, detail = op, text.strip()
     return PeerLeftError(_left(call, peer, detail), call=call, rank=peer, detail=detail)
 
 
-def departure(gone: tuple[int | None, str, str], *, seen: bool) -> PeerLeftError:
+def departure(gone: tuple[int | None, str, str], call: str, *, seen: bool) -> PeerLeftError:
     """The error of a rank whose group lost a peer: ``gone`` is ``(rank, call, detail)`` as posted by the rank
-    that saw the connection break (this rank itself when ``seen``); the error names this rank's own call."""
+    that saw the connection break (this rank itself when ``seen``); the error names this rank's own ``call``."""
     rank, during, detail = gone
-    call = RUNNING.call or during
+    call = call or during
     if not seen:
         detail = f"posted by a peer that saw it during {during!r}: {detail}"
     return PeerLeftError(_left(call, rank, detail), call=call, rank=rank, detail=detail)

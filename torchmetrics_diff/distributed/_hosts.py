@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 
 from torchmetrics_diff.distributed._backend import _wait as wait
-from torchmetrics_diff.distributed._failure import RUNNING, PeerLeftError, backend_error, departure, is_departure
+from torchmetrics_diff.distributed._failure import PeerLeftError, backend_error, departure, is_departure
 
 _PREFIX = "torchmetrics_diff/host/"
 _TAG = 0x7444  # the point-to-point tag of the fingerprint's rounds
@@ -95,7 +95,19 @@ class Host:
     """How one group's headers travel: over ``channel`` (the group itself, or its gloo twin), as ``rank`` of
     ``size`` ranks. ``twin`` says which; ``store`` is the group's board (see the module docstring)."""
 
-    __slots__ = ("_channel", "_notices", "_scratch", "_store", "_views", "_work", "gone", "rank", "size", "twin")
+    __slots__ = (
+        "_channel",
+        "_notices",
+        "_scratch",
+        "_store",
+        "_views",
+        "_work",
+        "call",
+        "gone",
+        "rank",
+        "size",
+        "twin",
+    )
 
     def __init__(self, channel: Callable[[], Any], rank: int, size: int, twin: bool, store: Any = None) -> None:
         self.rank, self.size, self.twin = rank, size, twin
@@ -106,6 +118,7 @@ class Host:
         self._notices: list[Any] = []  # the notices sent (their works are kept until the host ends)
         self._views: dict[int, tuple[torch.Tensor, Any]] = {}  # NumPy byte views of the all-gather's buffers
         self.gone: tuple[int | None, str, str] | None = None  # (rank, call, detail) once a peer left
+        self.call = ""  # the call running on the group, set by its header exchange (see _failure.Board)
 
     @property
     def channel(self) -> Any:
@@ -151,14 +164,14 @@ class Host:
         if self.gone is None:
             posted = self.read()
             if posted is None and not notice:
-                self.post(peer, RUNNING.call, detail)
+                self.post(peer, self.call, detail)
                 posted = self.read()
-            posted = posted or (peer, RUNNING.call, detail or "a partner's notice; the group's store did not answer")
+            posted = posted or (peer, self.call, detail or "a partner's notice; the group's store did not answer")
             self._notify(posted[0])
             if posted[0] is None:  # no rank named: ask who is still here
                 posted = self._roll_call(posted)
             self.gone = posted
-        return departure(self.gone, seen=not notice and self.gone[0] == peer)
+        return departure(self.gone, self.call, seen=not notice and self.gone[0] == peer)
 
     def _notify(self, left: int | None) -> None:
         """Send every partner but ``left`` a notice naming ``left`` on both tags (not waited for: the partner may
@@ -286,7 +299,7 @@ def all_gather(host: Host, out: torch.Tensor, inp: torch.Tensor) -> None:
     peer = -1
     try:
         if size <= RING_MAX_RANKS:  # gloo's own all-gather: its work can be polled (see RING_MAX_RANKS)
-            wait(host.channel._allgather_base(out, inp), inp)
+            wait(host.channel._allgather_base(out, inp), inp, host)
             return
         if rank >= low:  # an extra rank: its partner holds its block and sends the whole table back
             peer = rank - low
@@ -402,7 +415,7 @@ def _failed(host: Host, op: str, err: RuntimeError, peer: int) -> RuntimeError:
         return host.departed(err.left, "", notice=True)
     if is_departure(err):
         return host.departed(peer if peer >= 0 else None, str(err).strip())
-    return backend_error(op, err, peer if peer >= 0 else None)
+    return backend_error(op, err, peer if peer >= 0 else None, host)
 
 
 def _received(view: Any, offset: int) -> None:

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
+from torchmetrics_diff.distributed._backend import Group, board_of, group_rank, group_size
 from torchmetrics_diff.distributed._failure import backend_error
 
 _BLOCK_TAG, _ACC_TAG = 17, 18  # blocks and accumulators are matched in their own order
@@ -39,15 +39,15 @@ _BLOCK_TAG, _ACC_TAG = 17, 18  # blocks and accumulators are matched in their ow
 class _Pending:
     """Posted sends and receives; :meth:`wait` returns the received tensors."""
 
-    def __init__(self, works: list, received: list[Tensor], keep: Sequence[Tensor]) -> None:
-        self._works, self._received, self._keep = works, received, keep
+    def __init__(self, works: list, received: list[Tensor], keep: Sequence[Tensor], group: Group) -> None:
+        self._works, self._received, self._keep, self._group = works, received, keep, group
 
     def wait(self) -> list[Tensor]:
         try:
             for work in self._works:
                 work.wait()
         except RuntimeError as err:
-            raise backend_error("ring exchange", err) from err
+            raise backend_error("ring exchange", err, None, board_of(self._group)) from err
         self._works, self._keep = [], ()
         return self._received
 
@@ -77,8 +77,8 @@ class Ring:
         try:
             works = [w for w in dist.batch_isend_irecv(ops) if w is not None] if ops else []
         except RuntimeError as err:
-            raise backend_error("ring exchange", err) from err
-        return _Pending(works, list(receives), sends)
+            raise backend_error("ring exchange", err, None, board_of(self.group)) from err
+        return _Pending(works, list(receives), sends, self.group)
 
 
 @overload

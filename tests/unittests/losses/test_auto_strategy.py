@@ -150,16 +150,16 @@ def _straddle_body(rank: int, world: int) -> dict[str, Any]:
 
 def _function_pick() -> str | None:
     from torchmetrics_diff._global.strategy import AutoChoice
-    from torchmetrics_diff.distributed._call import derived
+    from torchmetrics_diff.distributed._call import group_state
 
-    memory = derived(None).get("auto strategy: global_clip_loss")
+    memory = group_state(None).auto.get("global_clip_loss")
     return memory.last if isinstance(memory, AutoChoice) else None
 
 
 def _forget_function_memory() -> None:
-    from torchmetrics_diff.distributed._call import derived
+    from torchmetrics_diff.distributed._call import group_state
 
-    derived(None).pop("auto strategy: global_clip_loss", None)
+    group_state(None).auto.pop("global_clip_loss", None)
 
 
 def test_every_rank_picks_from_the_global_batch() -> None:

@@ -12,19 +12,24 @@ of states and buffers).
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from tests._helpers.checks import tensor_devices
 from tests._helpers.harness import run_distributed
-from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric, _metric_sync, _metric_syncing
+from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
+from torchmetrics_diff import _state_sync as _metric_sync  # (the engine-facing sync; its group_size is patched)
 from torchmetrics_diff import collections as collections_module
+from torchmetrics_diff import metric as _metric_syncing  # (Metric._distributed_available reads group_size there)
 from torchmetrics_diff import metric as metric_module
 from torchmetrics_diff._global import contrastive as _contrastive
 from torchmetrics_diff._global import strategy as _strategy
 from torchmetrics_diff.distributed import _call, _collectives, all_gather_cat, all_reduce, gather_all_tensors
+from torchmetrics_diff.distributed._groups import GroupState, known
 from torchmetrics_diff.distributed._sync import engine as _sync
 from torchmetrics_diff.distributed._sync import layout as _layout
 from torchmetrics_diff.distributed._sync import rows as _rows
@@ -101,7 +106,7 @@ def _buffers_body(rank: int, world: int) -> dict[str, Any]:
         "results": sorted(str(d) for d in tensor_devices(synced) | tensor_devices([value, computed])),
         "states": sorted(str(d) for d in tensor_devices(metric.metric_state)),
         "rows": tuple(synced["rows"].shape),
-        "cached": sorted({str(k[0]) for k in _rows._BUFFERS}),
+        "cached": sorted({str(k[0]) for k in known(dist.group.WORLD).rows}),
     }
 
 
@@ -150,13 +155,12 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
     modules = (metric_module, _metric_syncing, collections_module, _metric_sync, _sync, _rows, _layout, _collectives)
     modules += (_contrastive, _strategy, _call)
     # no process group here: the call header's group state is made up, and its exchange is the fake gather too
-    state = object.__new__(_call._GroupState)
-    slots = {"size": 2, "rank": 0, "seq": 0, "names": {}, "epoch": _call.CONTEXT.epoch, "checks": "full"}
-    for slot, value in slots.items():
-        setattr(state, slot, value)
-    state.inline, state.recent, state.host, state.agreed, state.derived = _call.INLINE_BYTES, [], None, {}, {}
+    state = GroupState(lambda: None, 2, 0)
+    state.checks = "full"
     monkeypatch.setattr(_call, "_state", lambda group: state)
-    monkeypatch.setattr(_call, "_host_of", lambda state: None)
+    monkeypatch.setattr(_rows, "state_of", lambda group: state)
+    host = types.SimpleNamespace(call="")  # (the exchange names the running call on its host)
+    monkeypatch.setattr(_call, "_host_of", lambda state: host)
     monkeypatch.setattr(_call._hosts, "all_gather", lambda host, out, inp: fake_gather(out, inp))
     for module in modules:
         if hasattr(module, "group_size"):

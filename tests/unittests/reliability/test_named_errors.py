@@ -74,25 +74,22 @@ def test_the_exceptions_pickle_with_their_attributes() -> None:
 
 
 def test_a_connection_error_of_the_backend_names_the_call_and_the_peer() -> None:
-    running = _failure.RUNNING.call
-    try:
-        _failure.RUNNING.call = "CLIPLoss.forward: gather_all_tensors"
-        err = _failure.backend_error("all_gather", RuntimeError(GLOO_CLOSED))
-        assert type(err) is PeerLeftError and err.rank is None and err.call == "CLIPLoss.forward: gather_all_tensors"
-        assert str(err).startswith(
-            "a peer left during 'CLIPLoss.forward: gather_all_tensors': its process exited or lost its connection"
-        ), err
-        assert str(err).endswith(f"(gloo: {GLOO_CLOSED})"), err  # the backend's own text, last
-        err = _failure.backend_error("fingerprint exchange", RuntimeError("Connection reset by peer"), peer=1)
-        assert type(err) is PeerLeftError and err.rank == 1 and str(err).startswith("rank 1 left during"), err
-        timeout = _failure.backend_error("all_gather", RuntimeError("Timed out waiting 2000ms for recv"))
-        assert (
-            type(timeout) is CollectiveError and str(timeout) == "all_gather failed: Timed out waiting 2000ms for recv"
-        )
-        _failure.RUNNING.call = ""
-        assert "left during 'all_gather'" in str(_failure.backend_error("all_gather", RuntimeError(GLOO_CLOSED)))
-    finally:
-        _failure.RUNNING.call = running
+    from torchmetrics_diff.distributed._hosts import Host
+
+    board = Host(lambda: None, 0, 1, twin=False)  # a group's host without a store (nothing to post to)
+    board.call = "CLIPLoss.forward: gather_all_tensors"  # (what the call's header exchange sets)
+    err = _failure.backend_error("all_gather", RuntimeError(GLOO_CLOSED), None, board)
+    assert type(err) is PeerLeftError and err.rank is None and err.call == "CLIPLoss.forward: gather_all_tensors"
+    assert str(err).startswith(
+        "a peer left during 'CLIPLoss.forward: gather_all_tensors': its process exited or lost its connection"
+    ), err
+    assert str(err).endswith(f"(gloo: {GLOO_CLOSED})"), err  # the backend's own text, last
+    err = _failure.backend_error("fingerprint exchange", RuntimeError("Connection reset by peer"), peer=1)
+    assert type(err) is PeerLeftError and err.rank == 1 and str(err).startswith("rank 1 left during"), err
+    timeout = _failure.backend_error("all_gather", RuntimeError("Timed out waiting 2000ms for recv"))
+    assert type(timeout) is CollectiveError and str(timeout) == "all_gather failed: Timed out waiting 2000ms for recv"
+    # no board (no call exchanged a header on the group yet): the collective names itself
+    assert "left during 'all_gather'" in str(_failure.backend_error("all_gather", RuntimeError(GLOO_CLOSED)))
 
 
 # ------------------------------------------------------------------------------------------ a peer that left

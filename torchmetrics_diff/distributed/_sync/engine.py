@@ -135,7 +135,7 @@ def _sync_across(
         if enabled:  # torch.no_grad() without its Python layers (they are slow right after a collective)
             set_grad_enabled(False)
         try:
-            head = layout.pack(states, reductions, capacity)
+            head = layout.pack(states, reductions, group, capacity)
         finally:
             if enabled:
                 set_grad_enabled(True)
@@ -185,7 +185,7 @@ def _through_layout(
     is wide: then they are read from the rows). A state that outgrew its room grows the plan; every rank sends
     again."""
     if layout.wide:
-        layout.transport(group)
+        layout.exchange_rows(group)
         heads = layout.heads_from_table()
         cut = layout.cut(heads)
     else:
@@ -193,13 +193,13 @@ def _through_layout(
             layout.last_cut, layout.last_heads = layout.cut(heads), heads
         cut = layout.last_cut
         if cut is not None:
-            layout.transport(group)
+            layout.exchange_rows(group)
     if cut is None:  # every rank sees the same sizes: every rank grows the plan alike
         resize_capacities(plan, layout.units(heads))
         layout = plan.layout = Layout.build(plan, reductions, layout.world, layout.rank, layout.device)
         with _no_grad():
-            layout.pack(states, reductions)  # (the states matched the plan: only the room changed)
-        layout.transport(group)
+            layout.pack(states, reductions, group)  # (the states matched the plan: only the room changed)
+        layout.exchange_rows(group)
         cut = cast(tuple, layout.cut(heads))  # (it fits now)
     values = _read(layout, cut, states, reductions, track, grad_scale)
     if cut[2]:  # a room far larger than what every rank sent: the next sync's plan shrinks it
@@ -231,8 +231,8 @@ def _agree(
     plan.__dict__.update(agreed.__dict__)
     layout = plan.layout = Layout.build(plan, reductions, world, rank, device)
     with _no_grad():
-        packed = layout.pack(states, reductions, agreed=True)
-    layout.transport(group)  # (its peers wait for this rank's row)
+        packed = layout.pack(states, reductions, group, agreed=True)
+    layout.exchange_rows(group)  # (its peers wait for this rank's row)
     if packed is None:  # its states passed the agreement: they fit the plan made from it
         raise RuntimeError(f"{owner}: internal error: this rank's states do not fit the plan every rank agreed on")
     cut = layout.cut([[plan.key, 0, *s] for s in sizes] if layout.cats or layout.gathers else [])

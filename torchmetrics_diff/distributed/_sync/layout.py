@@ -11,7 +11,7 @@ of the gathered table at the plan's offsets, so a sync is
   stack or concatenation per bucket straight into the row, one copy per ``cat`` or gathered state, and the header
   ints (:attr:`Layout.head_ints`), which travel in the call's header exchange (``distributed._call``) too, so
   every rank knows every rank's sizes before the data moves;
-* :meth:`Layout.transport`: the row's all-gather (nothing when the row rode in the header exchange's inline
+* :meth:`Layout.exchange_rows`: the row's all-gather (nothing when the row rode in the header exchange's inline
   area: a CPU row that fits it) and the all-reduces;
 * :meth:`Layout.cut`: how to read the table, planned from every rank's header ints (``None`` when a rank sent more
   than the room the plan has: every rank sees the same ints and retries the same way);
@@ -168,12 +168,12 @@ class Layout:
         return self.world == world and self.rank == rank and self.device == device
 
     # ------------------------------------------------------------------------------------------------ views
-    def _views(self, capacity: int) -> None:
-        """(Re)make the typed views when the shared buffers were replaced (or on first use)."""
+    def _views(self, group: Group, capacity: int) -> None:
+        """(Re)make the typed views when the group's buffers were replaced (or on first use, or another group)."""
         if self.inline:  # the row rides in the call's header exchange: its inline area, made once per size
-            row, table = inline_buffers(self.world, capacity)
+            row, table = inline_buffers(group, capacity)
         else:
-            row, table = buffer_pair(self.device, self.row_bytes, self.world, _SLOT)
+            row, table = buffer_pair(group, self.device, self.row_bytes, _SLOT)
         if row is self._base:
             return
         self._base, self._cut, self._memo = row, ((), [], {}, {}), None
@@ -203,16 +203,17 @@ class Layout:
 
     # ------------------------------------------------------------------------------------------------- send
     def pack(
-        self, states: dict[str, Any], reductions: dict[str, Any], capacity: int = 0, agreed: bool = False
+        self, states: dict[str, Any], reductions: dict[str, Any], group: Group, capacity: int = 0, agreed: bool = False
     ) -> list[int] | None:
         """Write this rank's row; its header ints, or ``None`` (nothing written that matters) when the states do not
         match the plan. A ``cat`` or gathered state larger than its room is not copied, but its size is in the
         header ints (every rank then sees it, and the plan grows).
 
-        ``capacity``: the bytes of the inline area of the call's header exchange; a CPU row no larger is written
-        there. ``agreed``: right after an agreement, where this rank's states were validated against every rank's:
-        states on another device are moved, an empty list state is a ``cat`` state of no rows. Runs under
-        ``torch.no_grad()`` (the caller's): the stack/concatenation write into the row in place.
+        ``group``: the group whose buffers the row is written to (:mod:`.._groups`). ``capacity``: the bytes of the
+        inline area of the call's header exchange; a CPU row no larger is written there. ``agreed``: right after an
+        agreement, where this rank's states were validated against every rank's: states on another device are moved,
+        an empty list state is a ``cat`` state of no rows. Runs under ``torch.no_grad()`` (the caller's): the
+        stack/concatenation write into the row in place.
         """
         if tuple(states) != self.names:
             return None
@@ -222,7 +223,7 @@ class Layout:
         if agreed:
             values = tuple(_moved(v, self.device) for v in values)
         self.inline = self.device.type == "cpu" and self.row_bytes <= capacity
-        self._views(capacity)
+        self._views(group, capacity)
         try:
             for bucket in self.buckets:
                 tensors = [values[i] for i in bucket.indices]
@@ -326,8 +327,8 @@ class Layout:
         sizes = torch.tensor(self.head_ints[2:], dtype=torch.int64).numpy().tobytes()
         return len(self.signature_json).to_bytes(8, "little") + self.signature_json + sizes
 
-    # --------------------------------------------------------------------------------------------- transport
-    def transport(self, group: Group) -> None:
+    # ---------------------------------------------------------------------------------------- exchanging rows
+    def exchange_rows(self, group: Group) -> None:
         """The sync's data collectives: every rank's row into the table (nothing when the row rode inline in the
         call's header exchange), then each large bucket's all-reduce."""
         if not self.inline and (self.buckets or self.slotted or self.wide):

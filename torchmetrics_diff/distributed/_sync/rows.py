@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.distributed._backend import Group, all_gather_flat
+from torchmetrics_diff.distributed._backend import Group, _default_group, all_gather_flat
+from torchmetrics_diff.distributed._groups import state_of
 
 HEADER = 16  # bytes: int64 plan key (0: none), int64 metadata length; every rank's sizes follow
 
@@ -40,29 +41,28 @@ def layout(header_bytes: int, caps: list[int], min_row: int = 0) -> tuple[list[t
     return slots, max(offset, min_row, 16)
 
 
-# Reused send/receive buffers, one pair per (device, slot): a sync allocates nothing on its hot path. Safe because
-# every value a sync returns is a fresh tensor computed from the table (a reduction, a concatenation, a stack or a
-# clone), never a view of it, and a rank runs one sync at a time.
-_BUFFERS: dict[tuple[torch.device, str], tuple[torch.Tensor, torch.Tensor]] = {}
+def buffer_pair(group: Group, device: torch.device, row_bytes: int, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole (send, receive) buffers of ``slot`` on ``device``, kept in the group's state (released with the
+    group), grown to hold a row of ``row_bytes`` if needed.
 
-
-def buffer_pair(device: torch.device, row_bytes: int, world: int, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole cached (send, receive) buffers of ``slot``, grown to hold a row of ``row_bytes`` if needed.
-
-    The same objects come back until a larger row grows them, so views of them can be kept (see ``layout``).
+    The same objects come back until a larger row grows them, so views of them can be kept (see ``layout``): a
+    sync allocates nothing on its hot path. Safe because every value a sync returns is a fresh tensor computed
+    from the table (a reduction, a concatenation, a stack or a clone), never a view of it, and a rank runs one
+    sync at a time.
     """
-    row, table = _BUFFERS.get((device, slot), (None, None))
-    if row is None or table is None or row.numel() < row_bytes or table.numel() < world * row_bytes:
+    state = state_of(_default_group() if group is None else group)
+    row, table = state.rows.get((device, slot), (None, None))
+    if row is None or table is None or row.numel() < row_bytes or table.numel() < state.size * row_bytes:
         row = torch.empty(row_bytes, dtype=torch.uint8, device=device)
-        table = torch.empty(world * row_bytes, dtype=torch.uint8, device=device)
-        _BUFFERS[(device, slot)] = (row, table)
+        table = torch.empty(state.size * row_bytes, dtype=torch.uint8, device=device)
+        state.rows[(device, slot)] = (row, table)
     return row, table
 
 
 def gather_blob(blob: bytes, row_bytes: int, group: Group, world: int, device: torch.device) -> Any:
     """Every rank's ``blob`` (at most ``row_bytes`` long, padded to it), gathered in one collective and read back
     (the metadata of an agreement: a host read, once): a ``(world, row_bytes)`` NumPy array of bytes."""
-    send, table = buffer_pair(device, row_bytes, world, "meta")
+    send, table = buffer_pair(group, device, row_bytes, "meta")
     send, table = send[:row_bytes], table[: world * row_bytes]
     send.zero_()
     if blob:
