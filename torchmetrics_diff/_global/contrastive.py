@@ -55,10 +55,31 @@ from torchmetrics_diff.functional._checks import (
     check_views,
 )
 from torchmetrics_diff.functional._contrastive import info_nce_block, siglip_block, supcon_block
+from torchmetrics_diff.functional._docs import shared_docs
 from torchmetrics_diff.functional._kernels import clip_block_sum
 
-
 # ------------------------------------------------------------------------------------------- CLIP, one pass
+#: the arguments and the value every global contrastive loss shares, and the embeddings of CLIP and SigLIP
+_DOCS = {
+    "options": """strategy: ``"auto"`` (default: picks one of the others from the global batch and the width, the same
+    on every rank), ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/strategies`,
+    :doc:`/guide/ring`).
+group: the process group (default ``None``: the default group). Without an initialised process group,
+    or with one rank, the loss of the local rows and no collective.
+grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
+    ``"sum"``.
+tile: with ``"ring"`` (chosen, or picked by ``"auto"``), candidate columns per logit tile, a positive int
+    (default ``None``: 64); the other strategies ignore it.""",
+    "returns": """Returns:
+    The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
+    inputs (and the tensor scalars): float64 for float64 inputs, else float32.""",
+}
+_EMBEDS = """image_embeds: this rank's image embeddings ``(B, D)``, floating, used as given (normalize them in the
+    model).
+text_embeds: this rank's text embeddings ``(B, D)``, of the shape, dtype and device of
+    ``image_embeds``; row i pairs with image row i."""
+
+
 def clip_sum(
     img: Tensor,
     txt_all: Tensor,
@@ -249,6 +270,7 @@ def _batch(embeddings: Tensor) -> tuple[int, int, int]:
 
 
 # ------------------------------------------------------------------------------------------ contrastive losses
+@shared_docs(**_DOCS, embeds=_EMBEDS)
 def global_clip_loss(
     image_embeds: Tensor,
     text_embeds: Tensor,
@@ -272,25 +294,12 @@ def global_clip_loss(
     ranks, zero included).
 
     Args:
-        image_embeds: this rank's image embeddings ``(B, D)``, floating, used as given (normalize them in the
-            model).
-        text_embeds: this rank's text embeddings ``(B, D)``, of the shape, dtype and device of
-            ``image_embeds``; row i pairs with image row i.
+        {embeds}
         logit_scale: the multiplier of the similarities (e.g. ``model.logit_scale.exp()``): a number, or a
             floating tensor of one element (0-d or shape ``(1,)``), which gets its gradient.
-        strategy: ``"auto"`` (default: picks one of the others from the global batch and the width, the same
-            on every rank), ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/strategies`,
-            :doc:`/guide/ring`).
-        group: the process group (default ``None``: the default group). Without an initialised process group,
-            or with one rank, the loss of the local rows and no collective.
-        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
-            ``"sum"``.
-        tile: with ``"ring"`` (chosen, or picked by ``"auto"``), candidate columns per logit tile, a positive int
-            (default ``None``: 64); the other strategies ignore it.
+        {options}
 
-    Returns:
-        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
-        inputs (and the tensor scalars): float64 for float64 inputs, else float32.
+    {returns}
 
     Raises:
         ValueError: embeddings that are not floating ``(B, D)`` tensors of one shape, a bad
@@ -310,6 +319,7 @@ def global_clip_loss(
     return run(_CLIP, options, image_embeds, text_embeds, scale)
 
 
+@shared_docs(**_DOCS)
 def global_info_nce_loss(
     z1: Tensor,
     z2: Tensor,
@@ -331,19 +341,9 @@ def global_info_nce_loss(
         z2: the second view ``(B, D)``, of the shape, dtype and device of ``z1``; row i is the same sample.
         temperature: the divisor of the similarities, positive: a number or a one-element floating tensor
             (default 0.1).
-        strategy: ``"auto"`` (default: picks one of the others from the global batch and the width, the same
-            on every rank), ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/strategies`,
-            :doc:`/guide/ring`).
-        group: the process group (default ``None``: the default group). Without an initialised process group,
-            or with one rank, the loss of the local rows and no collective.
-        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
-            ``"sum"``.
-        tile: with ``"ring"`` (chosen, or picked by ``"auto"``), candidate columns per logit tile, a positive int
-            (default ``None``: 64); the other strategies ignore it.
+        {options}
 
-    Returns:
-        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
-        inputs (and the tensor scalars): float64 for float64 inputs, else float32.
+    {returns}
 
     Raises:
         ValueError: views that are not floating ``(B, D)`` tensors of one shape, a non-positive
@@ -364,6 +364,7 @@ def global_info_nce_loss(
     return run(_INFO_NCE, options, z1, z2, temperature)
 
 
+@shared_docs(**_DOCS)
 def global_supcon_loss(
     features: Tensor,
     labels: Tensor | None = None,
@@ -386,19 +387,9 @@ def global_supcon_loss(
             views of a sample are its positives). ``None`` on every rank or on none.
         temperature: the divisor of the cosine similarities, positive: a number or a one-element floating
             tensor (default 0.1).
-        strategy: ``"auto"`` (default: picks one of the others from the global batch and the width, the same
-            on every rank), ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/strategies`,
-            :doc:`/guide/ring`).
-        group: the process group (default ``None``: the default group). Without an initialised process group,
-            or with one rank, the loss of the local rows and no collective.
-        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
-            ``"sum"``.
-        tile: with ``"ring"`` (chosen, or picked by ``"auto"``), candidate columns per logit tile, a positive int
-            (default ``None``: 64); the other strategies ignore it.
+        {options}
 
-    Returns:
-        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
-        inputs (and the tensor scalars): float64 for float64 inputs, else float32.
+    {returns}
 
     Raises:
         ValueError: ``features`` that is not a floating ``(B, D)`` or ``(B, V, D)`` tensor, ``labels``
@@ -423,6 +414,7 @@ def global_supcon_loss(
     return run(_SUPCON, options, features, labels, temperature)
 
 
+@shared_docs(**_DOCS, embeds=_EMBEDS)
 def global_siglip_loss(
     image_embeds: Tensor,
     text_embeds: Tensor,
@@ -442,26 +434,13 @@ def global_siglip_loss(
     differ between ranks, zero included).
 
     Args:
-        image_embeds: this rank's image embeddings ``(B, D)``, floating, used as given (normalize them in the
-            model).
-        text_embeds: this rank's text embeddings ``(B, D)``, of the shape, dtype and device of
-            ``image_embeds``; row i pairs with image row i.
+        {embeds}
         logit_scale: the multiplier of the similarities (e.g. ``model.logit_scale.exp()``): a number or a
             one-element floating tensor, which gets its gradient.
         logit_bias: the bias added to every logit: a number or a one-element floating tensor.
-        strategy: ``"auto"`` (default: picks one of the others from the global batch and the width, the same
-            on every rank), ``"replicated"``, ``"sharded"`` or ``"ring"`` (:doc:`/guide/strategies`,
-            :doc:`/guide/ring`).
-        group: the process group (default ``None``: the default group). Without an initialised process group,
-            or with one rank, the loss of the local rows and no collective.
-        grad_reduction: how the trainer combines gradients across ranks: ``"mean"`` (default: DDP, FSDP) or
-            ``"sum"``.
-        tile: with ``"ring"`` (chosen, or picked by ``"auto"``), candidate columns per logit tile, a positive int
-            (default ``None``: 64); the other strategies ignore it.
+        {options}
 
-    Returns:
-        The 0-d loss of every rank's rows, identical on every rank, differentiable with respect to the local
-        inputs (and the tensor scalars): float64 for float64 inputs, else float32.
+    {returns}
 
     Raises:
         ValueError: embeddings that are not floating ``(B, D)`` tensors of one shape, a bad

@@ -10,9 +10,21 @@ from torch import Tensor
 
 from torchmetrics_diff._global.strategy import checked_together, global_normalized
 from torchmetrics_diff.distributed._backend import Group
+from torchmetrics_diff.functional._docs import shared_docs
 from torchmetrics_diff.functional._normalized import token_cross_entropy_block, weighted_mean_block
 
+#: the last arguments of both losses, and what they return
+_DOCS = {
+    "group": """group: the process group. Default ``None``.
+grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.""",
+    "returns": """Returns:
+    The 0-d value, identical on every rank, differentiable with respect to the local inputs: float64 for
+    float64 inputs, else float32; 0 when the denominator is 0. Without an initialised process group, or
+    with one rank, the local value and no collective.""",
+}
 
+
+@shared_docs(**_DOCS)
 def global_weighted_mean(
     values: Tensor,
     weight: Tensor | float | None = None,
@@ -32,13 +44,9 @@ def global_weighted_mean(
         total: the global denominator when it is known in advance (gradient accumulation: the weight of
             every micro-batch of the optimizer step on every rank); the value is then this call's global
             weighted sum over ``total``, and the values of the step's calls add up to the step's loss. Default ``None``.
-        group: the process group. Default ``None``.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.
+        {group}
 
-    Returns:
-        The 0-d value, identical on every rank, differentiable with respect to the local inputs: float64 for
-        float64 inputs, else float32; 0 when the denominator is 0. Without an initialised process group, or
-        with one rank, the local value and no collective.
+    {returns}
 
     Raises:
         ValueError: ``weight`` or ``mask`` not broadcastable to ``values``, or an unknown ``grad_reduction``; under a
@@ -54,6 +62,7 @@ def global_weighted_mean(
     return global_normalized(loss_sum, count, total, group, grad_reduction)
 
 
+@shared_docs(**_DOCS)
 def global_token_cross_entropy(
     logits: Tensor,
     target: Tensor,
@@ -80,13 +89,9 @@ def global_token_cross_entropy(
             out-of-range target raises a named ``IndexError`` anyway. Default ``False``.
         total: the global number of valid tokens of the whole optimizer step, when accumulating gradients.
             Default ``None``.
-        group: the process group. Default ``None``.
-        grad_reduction: ``"mean"`` (DDP) or ``"sum"``. Default ``"mean"``.
+        {group}
 
-    Returns:
-        The 0-d value, identical on every rank, differentiable with respect to the local inputs: float64 for
-        float64 inputs, else float32; 0 when the denominator is 0. Without an initialised process group, or
-        with one rank, the local value and no collective.
+    {returns}
 
     Raises:
         ValueError: ``logits`` and ``target`` of mismatched shapes or dtypes, a bad ``label_smoothing``, or an unknown

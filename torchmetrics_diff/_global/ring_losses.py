@@ -38,7 +38,7 @@ take checked inputs.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -166,6 +166,42 @@ def _grads(
     return grad_a.to(a.dtype), home.to(a.dtype), grad_s
 
 
+def _ring_grads(
+    a: Tensor,
+    scale: Tensor,
+    g: Tensor,
+    plan: _Plan,
+    own: list[Tensor],
+    empty_block: Callable[[int], list[Tensor]],
+    tile_g: Callable[[int, int, int, list[Tensor]], Tensor],
+    want_s: bool,
+    same: bool,
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """The ring pass of a backward: ``own`` (the candidates first) travels around the ranks; each tile's ``G``,
+    ``tile_g(owner, lo, hi, block)`` in the dtype of ``g``, goes into ``h = Σ G @ C`` and into the gradient of
+    the block, which travels home; then :func:`_grads`. A half-precision ``G`` is divided by :func:`_g_unit`
+    before its rounding, and the products multiplied by it after."""
+    acc = g.dtype
+    h = torch.zeros(a.shape, dtype=acc, device=a.device)
+    unit = _g_unit(g, a.dtype)
+    factor = scale.to(acc) if unit is None else scale.to(acc) * unit
+
+    def visit(owner: int, block: list[Tensor]) -> Tensor:
+        cand = block[0]
+        part = torch.empty(cand.shape, dtype=acc, device=cand.device)
+        for lo, hi in plan.tiles(owner):
+            g_mat = tile_g(owner, lo, hi, block)
+            if unit is not None:
+                g_mat.div_(unit)
+            _tile_grads(h, part[lo:hi], g_mat.to(a.dtype), a, cand[lo:hi])
+        return part.mul_(factor)
+
+    home = circulate(plan.ring, own, empty_block, visit, plan.empty_grad)
+    if unit is not None:
+        h.mul_(unit)
+    return _grads(want_s, a, scale, h, home, same)
+
+
 # ----------------------------------------------------------------------------------- softmax rows (InfoNCE, SupCon)
 def _xent_tile(
     a: Tensor, chunk: Tensor, scale: Tensor, own_block: bool, lo: int, a_cls: Tensor, c_cls: Tensor
@@ -219,27 +255,14 @@ class _RingXent(torch.autograd.Function):
         lse_safe = torch.where(valid, lse, torch.inf)[:, None]  # invalid rows: exp(L - inf) = 0
         pos_coef = (g * weight)[:, None]
         a_cls = cls_all[plan.starts[rank] : plan.starts[rank] + z.shape[0]]
-        acc = lse.dtype
-        h = torch.zeros(z.shape, dtype=acc, device=z.device)
-        unit = _g_unit(g, z.dtype)
-        factor = scale.to(acc) if unit is None else scale.to(acc) * unit
 
-        def visit(owner: int, block: list[Tensor]) -> Tensor:
-            cand = block[0]
-            part = torch.empty(cand.shape, dtype=acc, device=cand.device)
-            for lo, hi in plan.tiles(owner):
-                c_cls = cls_all[plan.starts[owner] + lo : plan.starts[owner] + hi]
-                logits, same = _xent_tile(z, cand[lo:hi], scale, owner == rank, lo, a_cls, c_cls)
-                g_mat = logits.sub_(lse_safe).exp_().mul_(row_coef).sub_(same * pos_coef)
-                if unit is not None:
-                    g_mat.div_(unit)
-                _tile_grads(h, part[lo:hi], g_mat.to(z.dtype), z, cand[lo:hi])
-            return part.mul_(factor)
+        def tile_g(owner: int, lo: int, hi: int, block: list[Tensor]) -> Tensor:
+            c_cls = cls_all[plan.starts[owner] + lo : plan.starts[owner] + hi]
+            logits, same = _xent_tile(z, block[0][lo:hi], scale, owner == rank, lo, a_cls, c_cls)
+            return logits.sub_(lse_safe).exp_().mul_(row_coef).sub_(same * pos_coef)
 
-        home = circulate(plan.ring, [z.detach()], plan.empty_block, visit, plan.empty_grad)
-        if unit is not None:
-            h.mul_(unit)
-        grad_z, _, grad_s = _grads(ctx.needs_input_grad[1], z, scale, h, home, same=True)
+        want_s = ctx.needs_input_grad[1]
+        grad_z, _, grad_s = _ring_grads(z, scale, g, plan, [z.detach()], plan.empty_block, tile_g, want_s, same=True)
         return grad_z, grad_s, None, None, None
 
 
@@ -293,34 +316,24 @@ class _RingClip(torch.autograd.Function):
         fold, rank = ctx.fold_diagonal, plan.ring.rank
         acc = row_lse.dtype
         g = grad_out.to(acc)
-        h = torch.zeros(img.shape, dtype=acc, device=img.device)
         row_lse = row_lse[:, None]
-        unit = _g_unit(g, img.dtype)
-        factor = scale.to(acc) if unit is None else scale.to(acc) * unit
 
-        def visit(owner: int, block: list[Tensor]) -> Tensor:
+        def tile_g(owner: int, lo: int, hi: int, block: list[Tensor]) -> Tensor:
             cand, info = block  # info: the owner's column log-sum-exps, then its output gradient
-            part = torch.empty(cand.shape, dtype=acc, device=cand.device)
-            for lo, hi in plan.tiles(owner):
-                logits = _logits(img, cand[lo:hi], scale)
-                by_row = torch.sub(logits, row_lse).exp_().mul_(g)
-                g_mat = logits.sub_(info[lo:hi][None, :]).exp_().mul_(info[-1]).add_(by_row)
-                del by_row
-                if fold and owner == rank:  # the diagonal term's -2g, before G is rounded to half precision
-                    g_mat[lo:hi].diagonal().sub_(2 * g)
-                if unit is not None:
-                    g_mat.div_(unit)
-                _tile_grads(h, part[lo:hi], g_mat.to(img.dtype), img, cand[lo:hi])
-            return part.mul_(factor)
+            logits = _logits(img, cand[lo:hi], scale)
+            by_row = torch.sub(logits, row_lse).exp_().mul_(g)
+            g_mat = logits.sub_(info[lo:hi][None, :]).exp_().mul_(info[-1]).add_(by_row)
+            del by_row
+            if fold and owner == rank:  # the diagonal term's -2g, before G is rounded to half precision
+                g_mat[lo:hi].diagonal().sub_(2 * g)
+            return g_mat
 
         def empty_block(owner: int) -> list[Tensor]:
             return [*plan.empty_block(owner), torch.empty(plan.rows[owner] + 1, dtype=acc, device=img.device)]
 
         own = [txt.detach(), torch.cat([col_lse, g.reshape(1)])]
-        home = circulate(plan.ring, own, empty_block, visit, plan.empty_grad)
-        if unit is not None:
-            h.mul_(unit)
-        grad_img, grad_txt, grad_s = _grads(ctx.needs_input_grad[2], img, scale, h, home, same=False)
+        want_s = ctx.needs_input_grad[2]
+        grad_img, grad_txt, grad_s = _ring_grads(img, scale, g, plan, own, empty_block, tile_g, want_s, same=False)
         return grad_img, grad_txt, grad_s, None, None
 
 
@@ -357,28 +370,17 @@ class _RingSigmoid(torch.autograd.Function):
         fold, rank = ctx.fold_diagonal, plan.ring.rank
         acc = acc_dtype(img.dtype)
         g, b = grad_out.to(acc), bias.to(acc)
-        h = torch.zeros(img.shape, dtype=acc, device=img.device)
         grad_b = torch.zeros((), dtype=acc, device=img.device)
-        unit = _g_unit(g, img.dtype)
-        factor = scale.to(acc) if unit is None else scale.to(acc) * unit
 
-        def visit(owner: int, block: list[Tensor]) -> Tensor:
-            cand = block[0]
-            part = torch.empty(cand.shape, dtype=acc, device=cand.device)
-            for lo, hi in plan.tiles(owner):
-                g_acc = _logits(img, cand[lo:hi], scale).add_(b).sigmoid_().mul_(g)
-                if fold and owner == rank:  # the diagonal term's -g, before G is rounded to half precision
-                    g_acc[lo:hi].diagonal().sub_(g)
-                grad_b.add_(g_acc.sum())
-                if unit is not None:
-                    g_acc.div_(unit)
-                _tile_grads(h, part[lo:hi], g_acc.to(img.dtype), img, cand[lo:hi])
-            return part.mul_(factor)
+        def tile_g(owner: int, lo: int, hi: int, block: list[Tensor]) -> Tensor:
+            g_acc = _logits(img, block[0][lo:hi], scale).add_(b).sigmoid_().mul_(g)
+            if fold and owner == rank:  # the diagonal term's -g, before G is rounded to half precision
+                g_acc[lo:hi].diagonal().sub_(g)
+            grad_b.add_(g_acc.sum())
+            return g_acc
 
-        home = circulate(plan.ring, [txt.detach()], plan.empty_block, visit, plan.empty_grad)
-        if unit is not None:
-            h.mul_(unit)
-        grad_img, grad_txt, grad_s = _grads(ctx.needs_input_grad[2], img, scale, h, home, same=False)
+        own, want_s = [txt.detach()], ctx.needs_input_grad[2]
+        grad_img, grad_txt, grad_s = _ring_grads(img, scale, g, plan, own, plan.empty_block, tile_g, want_s, same=False)
         grad_bias = grad_b.to(bias.dtype) if ctx.needs_input_grad[3] else None
         return grad_img, grad_txt, grad_s, grad_bias, None, None
 

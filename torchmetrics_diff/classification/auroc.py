@@ -10,7 +10,9 @@ from typing import Any
 import torch
 
 from torchmetrics_diff._batch_step import QuietBatchValue
-from torchmetrics_diff.functional._curves import check_curve_args, curve_inputs, curve_score
+from torchmetrics_diff.classification.stat_scores import PLOT_SECTIONS
+from torchmetrics_diff.functional._curves import CurveArgs, curve_inputs, curve_score
+from torchmetrics_diff.functional._docs import shared_docs
 from torchmetrics_diff.functional._nan_scores import check_nan_strategy
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
@@ -27,23 +29,11 @@ class _CurveMetric(QuietBatchValue, Metric):
     preds: list[torch.Tensor]
     target: list[torch.Tensor]
 
-    def _setup(
-        self,
-        task: str,
-        num_classes: int | None,
-        num_labels: int | None,
-        average: str | None,
-        thresholds: Any,
-        ignore_index: int | None,
-        validate_args: bool,
-        max_fpr: Any = None,
-        nan_strategy: str = "error",
-    ) -> None:
-        self._size = check_curve_args(task, num_classes, num_labels, average, thresholds, ignore_index, max_fpr)
-        self.task, self.num_classes, self.num_labels, self.average = task, num_classes, num_labels, average
-        self.thresholds, self.max_fpr = thresholds, max_fpr
-        self.ignore_index, self.validate_args = ignore_index, validate_args
-        self.nan_strategy = check_nan_strategy(nan_strategy)
+    def _setup(self, args: CurveArgs) -> None:
+        self._size = args.check()
+        self.task, self.num_classes, self.num_labels, self.average = args[:4]
+        self.thresholds, self.ignore_index, self.validate_args, self.max_fpr = args[4:8]
+        self.nan_strategy = check_nan_strategy(args.nan_strategy)
         self.add_state("preds", [], dist_reduce_fx="cat")
         self.add_state("target", [], dist_reduce_fx="cat")
 
@@ -88,22 +78,14 @@ class _CurveMetric(QuietBatchValue, Metric):
         args = (self.task, self._size, self.average, self._curve, strategy, type(self).__name__)
         return curve_score(scores, labels, *args)
 
+    @shared_docs(sections=PLOT_SECTIONS)
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
         """:meth:`Metric.plot <torchmetrics_diff.Metric.plot>`, named as torchmetrics' class of the task.
 
         The y axis reads ``BinaryAUROC`` for ``AUROC(task="binary")``; a value per class (per label) is drawn as
         "Class i" ("Label i"), as torchmetrics draws it.
 
-        Args:
-            val: a value or a sequence of values, as :meth:`Metric.plot <torchmetrics_diff.Metric.plot>` takes it;
-                ``None`` plots :meth:`compute`.
-            ax: a matplotlib ``Axes`` to draw into; ``None`` makes a new figure.
-
-        Returns:
-            ``(figure, axes)``.
-
-        Raises:
-            ModuleNotFoundError: matplotlib is not installed.
+        {sections}
         """
         from torchmetrics_diff._plot import plot_metric
 
@@ -184,7 +166,7 @@ class AUROC(_CurveMetric):
     ) -> None:
         super().__init__(**kwargs)
         args = (thresholds, ignore_index, validate_args, max_fpr, nan_strategy)
-        self._setup(task, num_classes, num_labels, average, *args)
+        self._setup(CurveArgs(task, num_classes, num_labels, average, *args))
 
 
 class AveragePrecision(_CurveMetric):
@@ -244,4 +226,4 @@ class AveragePrecision(_CurveMetric):
     ) -> None:
         super().__init__(**kwargs)
         args = (thresholds, ignore_index, validate_args, None, nan_strategy)
-        self._setup(task, num_classes, num_labels, average, *args)
+        self._setup(CurveArgs(task, num_classes, num_labels, average, *args))

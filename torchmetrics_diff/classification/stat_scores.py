@@ -23,6 +23,7 @@ from torchmetrics_diff.functional._classification_scores import (
     stack_stat_scores,
 )
 from torchmetrics_diff.functional._confusion_matrix import confusion_counts, normalize_confusion
+from torchmetrics_diff.functional._docs import shared_docs
 from torchmetrics_diff.metric import Metric, dim_zero_cat
 
 _TASK_ARGS = """
@@ -56,6 +57,20 @@ _ZERO_DIVISION = """
 _KWARGS = """
         kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments.
 """
+
+
+#: the ``Args``, ``Returns`` and ``Raises`` of the ``plot`` of the classification metrics named as torchmetrics'
+#: class of their task (these and AUROC and average precision)
+PLOT_SECTIONS = """Args:
+    val: a value or a sequence of values, as :meth:`Metric.plot <torchmetrics_diff.Metric.plot>` takes it;
+        ``None`` plots :meth:`compute`.
+    ax: a matplotlib ``Axes`` to draw into; ``None`` makes a new figure.
+
+Returns:
+    ``(figure, axes)``.
+
+Raises:
+    ModuleNotFoundError: matplotlib is not installed."""
 
 
 def _doc(summary: str, example: str, zero_division: bool = True) -> str:
@@ -166,22 +181,14 @@ class _StatScoresMetric(_TaskCounts):
         """The score (see the class) of every batch seen; one per sample with ``multidim_average="samplewise"``."""
         return reduce_stat_scores(self._counts(), self._score, self.task, self.average, self.zero_division, self.top_k)
 
+    @shared_docs(sections=PLOT_SECTIONS)
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
         """:meth:`Metric.plot <torchmetrics_diff.Metric.plot>`, named as torchmetrics' class of the task.
 
         The y axis reads ``BinaryAccuracy`` for ``Accuracy(task="binary")``; a score per class (per label) is
         drawn as "Class i" ("Label i"), as torchmetrics draws it.
 
-        Args:
-            val: a value or a sequence of values, as :meth:`Metric.plot <torchmetrics_diff.Metric.plot>` takes it;
-                ``None`` plots :meth:`compute`.
-            ax: a matplotlib ``Axes`` to draw into; ``None`` makes a new figure.
-
-        Returns:
-            ``(figure, axes)``.
-
-        Raises:
-            ModuleNotFoundError: matplotlib is not installed.
+        {sections}
         """
         from torchmetrics_diff._plot import plot_metric
 

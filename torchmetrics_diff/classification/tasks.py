@@ -4,491 +4,204 @@ defaults (``average="macro"`` for the multiclass and multilabel classes, as torc
 an ``isinstance`` check against the generic class holds and the states, syncs and values are the generic ones.
 Here the stat-score and confusion-matrix classes; the AUROC and average-precision ones are in ``auroc_tasks``.
 
-A task form's signature is written once, in a private base (``_BinaryStatScores``, ``_MulticlassZeroDivision``, ...)
-that the task classes of that form share, and each class's docstring is built by :func:`_task_doc` from its
-signature and the shared argument descriptions; a class itself holds its example."""
+A task class is ``class <Task><Generic>(_TaskClass, <Generic>)``: :class:`_TaskClass` finds the signature of its
+form in a table (:data:`_FORMS`), compiles its ``__init__`` from it, and builds its docstring from that
+signature, the shared argument descriptions and the example shared with the task function."""
 
 from __future__ import annotations
 
+import inspect
 import re
-from typing import Any, TypeVar
+import sys
+from typing import Any, NamedTuple
 
-from torchmetrics_diff.classification.auroc import _CurveMetric
-from torchmetrics_diff.classification.stat_scores import (
-    Accuracy,
-    ConfusionMatrix,
-    F1Score,
-    Precision,
-    Recall,
-    Specificity,
-    StatScores,
-    _StatScoresMetric,
-)
+from torchmetrics_diff.classification import stat_scores as generic
+from torchmetrics_diff.classification.auroc import AUROC, AveragePrecision, _CurveMetric
 from torchmetrics_diff.functional._classification_docs import (
     ARGS,
     CURVE_AVERAGE,
     WHAT,
     args_section,
+    class_example,
     compose,
+    params,
     section,
     task_of,
 )
-
-_T = TypeVar("_T", bound=type)
+from torchmetrics_diff.functional._signatures import KWARGS, SELF, define
 
 _RAISES = "ValueError: a bad or unsupported argument, naming it; in ``update``, inputs that do not fit the task."
 
 
-def _task_doc(cls: _T) -> _T:
-    """Give a task class its docstring: the summary (its generic class and task), its arguments (from its
-    signature), what it raises, then its own docstring (the example)."""
-    generic = cls.__bases__[-1]  # last: ``class BinaryAccuracy(_BinaryStatScores, Accuracy)``
-    task = task_of(cls.__name__)
-    what = WHAT[re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", generic.__name__).lower()]  # F1Score: f1_score
+class _Form(NamedTuple):
+    """The signature of a task class and how its ``__init__`` calls the generic one."""
+
+    params: tuple[str, ...]  # in torchmetrics' order; ``**kwargs`` follows
+    #: the generic ``__init__``'s arguments after the task that go by position, each the class's or else its
+    #: default in ``generic``; the class's others go by keyword. ``None``: all by keyword, the task too
+    positional: tuple[str, ...] | None = None
+    generic: Any = None  # the generic ``__init__``, whose defaults fill the arguments a class does not take
+
+
+def _by_position(init: Any, *params: str) -> _Form:
+    """The form ``params`` whose ``__init__`` passes every argument of the generic ``init`` by position."""
+    return _Form(params, tuple(inspect.signature(init).parameters)[2:-1], init)  # after self and task, before kwargs
+
+
+def _stat(*params: str) -> _Form:
+    return _by_position(generic._StatScoresMetric.__init__, *params)
+
+
+def _matrix(*params: str) -> _Form:
+    return _by_position(generic.ConfusionMatrix.__init__, *params)
+
+
+_BINARY = ("threshold", "multidim_average", "ignore_index", "validate_args")
+_MULTICLASS = ("num_classes", "top_k", "average", "multidim_average", "ignore_index", "validate_args")
+_MULTILABEL = ("num_labels", "threshold", "average", "multidim_average", "ignore_index", "validate_args")
+_CURVE = ("average", "thresholds", "ignore_index", "validate_args", "nan_strategy")
+#: the form of each task class, by the generic class it is a task of (the first in its ``__mro__`` found here)
+#: and its task: the stat scores (``zero_division`` for precision, recall and F1), the confusion matrix, AUROC and
+#: average precision (by keyword, but for binary: their positional orders differ)
+_FORMS = {
+    (generic._StatScoresMetric, "binary"): _stat(*_BINARY),
+    (generic._StatScoresMetric, "multiclass"): _stat(*_MULTICLASS),
+    (generic._StatScoresMetric, "multilabel"): _stat(*_MULTILABEL),
+    (generic._ZeroDivision, "binary"): _stat(*_BINARY, "zero_division"),
+    (generic._ZeroDivision, "multiclass"): _stat(*_MULTICLASS, "zero_division"),
+    (generic._ZeroDivision, "multilabel"): _stat(*_MULTILABEL, "zero_division"),
+    (generic.ConfusionMatrix, "binary"): _matrix("threshold", "ignore_index", "normalize", "validate_args"),
+    (generic.ConfusionMatrix, "multiclass"): _matrix("num_classes", "ignore_index", "normalize", "validate_args"),
+    (generic.ConfusionMatrix, "multilabel"): _matrix(
+        "num_labels", "threshold", "ignore_index", "normalize", "validate_args"
+    ),
+    (AUROC, "binary"): _Form(
+        ("max_fpr", "thresholds", "ignore_index", "validate_args", "nan_strategy"), ("ignore_index", "validate_args")
+    ),
+    (AveragePrecision, "binary"): _Form(
+        ("thresholds", "ignore_index", "validate_args", "normalization", "nan_strategy"), ("thresholds",)
+    ),
+    (_CurveMetric, "multiclass"): _Form(("num_classes", *_CURVE)),
+    (_CurveMetric, "multilabel"): _Form(("num_labels", *_CURVE)),
+}
+
+
+def _form(base: type, task: str) -> _Form:
+    """The form of the task class of generic class ``base`` and task ``task``."""
+    return next(_FORMS[family, task] for family in base.__mro__ if (family, task) in _FORMS)
+
+
+class _TaskClass:
+    """The first base of a task class ``class <Task><Generic>(_TaskClass, <Generic>)``: when such a class is
+    created, its ``__init__`` is compiled from its form and its docstring built (:meth:`__init_subclass__`).
+    The ``__init__`` here, which passes everything on, is the one type checkers see; the compiled one calls it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+    def __init_subclass__(cls, check: str = "", **kwargs: Any) -> None:
+        """Compile the ``__init__`` of the new task class and build its docstring.
+
+        Args:
+            check: a statement its ``__init__`` runs first, naming an argument that the generic class does not
+                take (not passed on), in the namespace of the class's module.
+            kwargs: ``__init_subclass__``'s keyword arguments.
+        """
+        super().__init_subclass__(**kwargs)
+        if _TaskClass not in cls.__bases__:  # a subclass of a task class keeps what it inherits
+            return
+        base, task = cls.__bases__[-1], task_of(cls.__name__)
+        form = _form(base, task)
+        if form.positional is None:
+            passed = [f"task={task!r}"]
+        else:
+            defaults = inspect.signature(form.generic).parameters if form.generic else {}
+            passed = [repr(task)] + [n if n in form.params else repr(defaults[n].default) for n in form.positional]
+        checked = re.findall(r"\w+", check)
+        passed += [f"{n}={n}" for n in form.params if n not in (*(form.positional or ()), *checked)]
+        call = f"super({cls.__name__}, self).__init__({', '.join([*passed, '**kwargs'])})"
+        signature = [SELF, *params(form.params), KWARGS]
+        namespace = vars(sys.modules[cls.__module__])
+        body = (check, call) if check else (call,)
+        cls.__init__ = define(f"{cls.__name__}.__init__", signature, "None", namespace, *body)  # type: ignore[method-assign]
+        cls.__doc__ = _doc(cls, base, task)
+
+
+def _doc(cls: type, base: type, task: str) -> str:
+    """A task class's docstring: the summary (its generic class and task), its arguments (from its signature),
+    what it raises, then its example."""
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base.__name__).lower()  # F1Score: f1_score
     summary = (
-        f"The {what} of a {task} task: :class:`~torchmetrics_diff.{generic.__name__}` with\n"
+        f"The {WHAT[name]} of a {task} task: :class:`~torchmetrics_diff.{base.__name__}` with\n"
         f'    ``task="{task}"`` and torchmetrics\' signature.'
     )
     docs = {**ARGS, "average": CURVE_AVERAGE[task]} if issubclass(cls, _CurveMetric) and task != "binary" else ARGS
-    cls.__doc__ = compose(summary, args_section(cls, docs), section("Raises", _RAISES), tail=cls.__doc__)
-    return cls
-
-
-# ---------------------------------------------------------------------------------------- the task forms
-class _BinaryStatScores(_StatScoresMetric):
-    """The binary signature of the stat-score classes."""
-
-    def __init__(
-        self,
-        threshold: float = 0.5,
-        multidim_average: str = "global",
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        args = (threshold, None, None, "micro", multidim_average, 1, ignore_index, validate_args)
-        super().__init__("binary", *args, **kwargs)
-
-
-class _MulticlassStatScores(_StatScoresMetric):
-    """The multiclass signature of the stat-score classes."""
-
-    def __init__(
-        self,
-        num_classes: int | None = None,
-        top_k: int = 1,
-        average: str | None = "macro",
-        multidim_average: str = "global",
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        args = (0.5, num_classes, None, average, multidim_average, top_k, ignore_index, validate_args)
-        super().__init__("multiclass", *args, **kwargs)
-
-
-class _MultilabelStatScores(_StatScoresMetric):
-    """The multilabel signature of the stat-score classes."""
-
-    def __init__(
-        self,
-        num_labels: int | None = None,
-        threshold: float = 0.5,
-        average: str | None = "macro",
-        multidim_average: str = "global",
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        args = (threshold, None, num_labels, average, multidim_average, 1, ignore_index, validate_args)
-        super().__init__("multilabel", *args, **kwargs)
-
-
-class _BinaryZeroDivision(_BinaryStatScores):
-    """The binary signature of the scores with a ``zero_division`` (precision, recall, F1)."""
-
-    def __init__(
-        self,
-        threshold: float = 0.5,
-        multidim_average: str = "global",
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        zero_division: float = 0,
-        **kwargs: Any,
-    ) -> None:
-        args = (threshold, multidim_average, ignore_index, validate_args)
-        super().__init__(*args, zero_division=zero_division, **kwargs)
-
-
-class _MulticlassZeroDivision(_MulticlassStatScores):
-    """The multiclass signature of the scores with a ``zero_division``."""
-
-    def __init__(
-        self,
-        num_classes: int | None = None,
-        top_k: int = 1,
-        average: str | None = "macro",
-        multidim_average: str = "global",
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        zero_division: float = 0,
-        **kwargs: Any,
-    ) -> None:
-        args = (num_classes, top_k, average, multidim_average, ignore_index, validate_args)
-        super().__init__(*args, zero_division=zero_division, **kwargs)
-
-
-class _MultilabelZeroDivision(_MultilabelStatScores):
-    """The multilabel signature of the scores with a ``zero_division``."""
-
-    def __init__(
-        self,
-        num_labels: int | None = None,
-        threshold: float = 0.5,
-        average: str | None = "macro",
-        multidim_average: str = "global",
-        ignore_index: int | None = None,
-        validate_args: bool = True,
-        zero_division: float = 0,
-        **kwargs: Any,
-    ) -> None:
-        args = (num_labels, threshold, average, multidim_average, ignore_index, validate_args)
-        super().__init__(*args, zero_division=zero_division, **kwargs)
+    sections = (args_section(cls, docs), section("Raises", _RAISES))
+    return compose(summary, *sections, tail=class_example(cls.__name__, name))
 
 
 # -------------------------------------------------------------------------------------- the task classes
+class BinaryAccuracy(_TaskClass, generic.Accuracy): ...
 
 
-@_task_doc
-class BinaryAccuracy(_BinaryStatScores, Accuracy):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import BinaryAccuracy
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> metric = BinaryAccuracy()
-        >>> metric(preds, target)
-        tensor(0.5000)
-    """
+class MulticlassAccuracy(_TaskClass, generic.Accuracy): ...
 
 
-@_task_doc
-class MulticlassAccuracy(_MulticlassStatScores, Accuracy):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MulticlassAccuracy
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> metric = MulticlassAccuracy(num_classes=3)
-        >>> metric(preds, target)
-        tensor(0.8333)
-    """
+class MultilabelAccuracy(_TaskClass, generic.Accuracy): ...
 
 
-@_task_doc
-class MultilabelAccuracy(_MultilabelStatScores, Accuracy):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MultilabelAccuracy
-        >>> preds, target = (
-        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-        ... )
-        >>> metric = MultilabelAccuracy(num_labels=2)
-        >>> metric(preds, target)
-        tensor(0.5000)
-    """
+class BinaryPrecision(_TaskClass, generic.Precision): ...
 
 
-@_task_doc
-class BinaryPrecision(_BinaryZeroDivision, Precision):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import BinaryPrecision
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> metric = BinaryPrecision()
-        >>> metric(preds, target)
-        tensor(0.5000)
-    """
+class MulticlassPrecision(_TaskClass, generic.Precision): ...
 
 
-@_task_doc
-class MulticlassPrecision(_MulticlassZeroDivision, Precision):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MulticlassPrecision
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> metric = MulticlassPrecision(num_classes=3)
-        >>> metric(preds, target)
-        tensor(0.8333)
-    """
+class MultilabelPrecision(_TaskClass, generic.Precision): ...
 
 
-@_task_doc
-class MultilabelPrecision(_MultilabelZeroDivision, Precision):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MultilabelPrecision
-        >>> preds, target = (
-        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-        ... )
-        >>> metric = MultilabelPrecision(num_labels=2)
-        >>> metric(preds, target)
-        tensor(0.7500)
-    """
+class BinaryRecall(_TaskClass, generic.Recall): ...
 
 
-@_task_doc
-class BinaryRecall(_BinaryZeroDivision, Recall):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import BinaryRecall
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> metric = BinaryRecall()
-        >>> metric(preds, target)
-        tensor(0.5000)
-    """
+class MulticlassRecall(_TaskClass, generic.Recall): ...
 
 
-@_task_doc
-class MulticlassRecall(_MulticlassZeroDivision, Recall):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MulticlassRecall
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> metric = MulticlassRecall(num_classes=3)
-        >>> metric(preds, target)
-        tensor(0.8333)
-    """
+class MultilabelRecall(_TaskClass, generic.Recall): ...
 
 
-@_task_doc
-class MultilabelRecall(_MultilabelZeroDivision, Recall):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MultilabelRecall
-        >>> preds, target = (
-        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-        ... )
-        >>> metric = MultilabelRecall(num_labels=2)
-        >>> metric(preds, target)
-        tensor(0.5000)
-    """
+class BinaryF1Score(_TaskClass, generic.F1Score): ...
 
 
-@_task_doc
-class BinaryF1Score(_BinaryZeroDivision, F1Score):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import BinaryF1Score
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> metric = BinaryF1Score()
-        >>> metric(preds, target)
-        tensor(0.5000)
-    """
+class MulticlassF1Score(_TaskClass, generic.F1Score): ...
 
 
-@_task_doc
-class MulticlassF1Score(_MulticlassZeroDivision, F1Score):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MulticlassF1Score
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> metric = MulticlassF1Score(num_classes=3)
-        >>> metric(preds, target)
-        tensor(0.7778)
-    """
+class MultilabelF1Score(_TaskClass, generic.F1Score): ...
 
 
-@_task_doc
-class MultilabelF1Score(_MultilabelZeroDivision, F1Score):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MultilabelF1Score
-        >>> preds, target = (
-        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-        ... )
-        >>> metric = MultilabelF1Score(num_labels=2)
-        >>> metric(preds, target)
-        tensor(0.5833)
-    """
+class BinarySpecificity(_TaskClass, generic.Specificity): ...
 
 
-@_task_doc
-class BinarySpecificity(_BinaryStatScores, Specificity):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import BinarySpecificity
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> metric = BinarySpecificity()
-        >>> metric(preds, target)
-        tensor(0.5000)
-    """
+class MulticlassSpecificity(_TaskClass, generic.Specificity): ...
 
 
-@_task_doc
-class MulticlassSpecificity(_MulticlassStatScores, Specificity):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MulticlassSpecificity
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> metric = MulticlassSpecificity(num_classes=3)
-        >>> metric(preds, target)
-        tensor(0.8889)
-    """
+class MultilabelSpecificity(_TaskClass, generic.Specificity): ...
 
 
-@_task_doc
-class MultilabelSpecificity(_MultilabelStatScores, Specificity):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MultilabelSpecificity
-        >>> preds, target = (
-        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-        ... )
-        >>> metric = MultilabelSpecificity(num_labels=2)
-        >>> metric(preds, target)
-        tensor(0.5000)
-    """
+class BinaryStatScores(_TaskClass, generic.StatScores): ...
 
 
-@_task_doc
-class BinaryStatScores(_BinaryStatScores, StatScores):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import BinaryStatScores
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> metric = BinaryStatScores()
-        >>> metric(preds, target)
-        tensor([1, 1, 1, 1, 2])
-    """
+class MulticlassStatScores(_TaskClass, generic.StatScores): ...
 
 
-@_task_doc
-class MulticlassStatScores(_MulticlassStatScores, StatScores):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MulticlassStatScores
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> metric = MulticlassStatScores(num_classes=3)
-        >>> metric(preds, target)
-        tensor([1.0000, 0.3333, 2.3333, 0.3333, 1.3333])
-    """
+class MultilabelStatScores(_TaskClass, generic.StatScores): ...
 
 
-@_task_doc
-class MultilabelStatScores(_MultilabelStatScores, StatScores):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MultilabelStatScores
-        >>> preds, target = (
-        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-        ... )
-        >>> metric = MultilabelStatScores(num_labels=2)
-        >>> metric(preds, target)
-        tensor([1.0000, 0.5000, 0.5000, 1.0000, 2.0000])
-    """
+class BinaryConfusionMatrix(_TaskClass, generic.ConfusionMatrix): ...
 
 
-@_task_doc
-class BinaryConfusionMatrix(ConfusionMatrix):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import BinaryConfusionMatrix
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> metric = BinaryConfusionMatrix()
-        >>> metric(preds, target)
-        tensor([[1, 1],
-                [1, 1]])
-    """
-
-    def __init__(
-        self,
-        threshold: float = 0.5,
-        ignore_index: int | None = None,
-        normalize: str | None = None,
-        validate_args: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__("binary", threshold, None, None, normalize, ignore_index, validate_args, **kwargs)
+class MulticlassConfusionMatrix(_TaskClass, generic.ConfusionMatrix): ...
 
 
-@_task_doc
-class MulticlassConfusionMatrix(ConfusionMatrix):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MulticlassConfusionMatrix
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> metric = MulticlassConfusionMatrix(num_classes=3)
-        >>> metric(preds, target)
-        tensor([[1, 0, 0],
-                [0, 1, 1],
-                [0, 0, 1]])
-    """
-
-    def __init__(
-        self,
-        num_classes: int | None = None,
-        ignore_index: int | None = None,
-        normalize: str | None = None,
-        validate_args: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__("multiclass", 0.5, num_classes, None, normalize, ignore_index, validate_args, **kwargs)
-
-
-@_task_doc
-class MultilabelConfusionMatrix(ConfusionMatrix):
-    """
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.classification import MultilabelConfusionMatrix
-        >>> preds, target = (
-        ...     torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]),
-        ...     torch.tensor([[1, 0], [1, 1], [0, 1]]),
-        ... )
-        >>> metric = MultilabelConfusionMatrix(num_labels=2)
-        >>> metric(preds, target)
-        tensor([[[0, 1],
-                 [1, 1]],
-        <BLANKLINE>
-                [[1, 0],
-                 [1, 1]]])
-    """
-
-    def __init__(
-        self,
-        num_labels: int | None = None,
-        threshold: float = 0.5,
-        ignore_index: int | None = None,
-        normalize: str | None = None,
-        validate_args: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__("multilabel", threshold, None, num_labels, normalize, ignore_index, validate_args, **kwargs)
+class MultilabelConfusionMatrix(_TaskClass, generic.ConfusionMatrix): ...
 
 
 # the legend of a value per class or per label, as torchmetrics names it ("Class 0", "Label 0", ...)

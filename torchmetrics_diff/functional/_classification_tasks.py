@@ -1,12 +1,13 @@
 """The task forms of the stat-score functions, with torchmetrics' names, argument order and defaults
 (``average="macro"`` for multiclass and multilabel): ``binary_accuracy``, ``multiclass_f1_score``, ... Each is
-the generic function with its task fixed; its docstring is built by :func:`_task_doc` from its signature and the
-argument descriptions shared with the task classes."""
+the generic function with its task fixed, compiled by :func:`_task_function` from its name: its parameters from
+the table of the task's form (:data:`_FORMS`), its docstring from its signature, the argument descriptions and the
+example shared with the task classes."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
@@ -17,13 +18,31 @@ from torchmetrics_diff.functional._classification_docs import (
     WHAT,
     args_section,
     compose,
+    function_example,
+    params,
     section,
     task_of,
 )
 from torchmetrics_diff.functional._classification_scores import _score, stack_stat_scores
 from torchmetrics_diff.functional._confusion_matrix import confusion_matrix
+from torchmetrics_diff.functional._signatures import REQUIRED, define, keywords, param
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+#: the parameters after ``preds`` and ``target`` of each task form, in torchmetrics' order; precision, recall and
+#: F1 add ``zero_division``
+_FORMS = {
+    "binary": ("threshold", "multidim_average", "ignore_index", "validate_args"),
+    "multiclass": ("num_classes", "average", "top_k", "multidim_average", "ignore_index", "validate_args"),
+    "multilabel": ("num_labels", "threshold", "average", "multidim_average", "ignore_index", "validate_args"),
+}
+_MATRIX_FORMS = {
+    "binary": ("threshold", "normalize", "ignore_index", "validate_args"),
+    "multiclass": ("num_classes", "normalize", "ignore_index", "validate_args"),
+    "multilabel": ("num_labels", "threshold", "normalize", "ignore_index", "validate_args"),
+}
+_ZERO_DIVISION = ("precision", "recall", "f1_score")
+_INPUTS = (param("preds", "torch.Tensor"), param("target", "torch.Tensor"))
+#: a task function requires its size (but for torchmetrics' ``multiclass_accuracy``)
+_SIZES = {"num_classes": ("int", REQUIRED), "num_labels": ("int", REQUIRED)}
 
 _SCORE = (
     'A floating tensor in the default dtype: 0-d, ``(C,)``/``(L,)`` with ``average="none"``, a leading ``(N,)`` when '
@@ -38,11 +57,17 @@ _MATRIX = {"binary": "``(2, 2)``", "multiclass": "``(C, C)``", "multilabel": "``
 _RAISES = "ValueError: a bad argument, naming it; inputs that do not fit the task."
 
 
-def _task_doc(fn: _F) -> _F:
-    """Give a task function its docstring: the summary (its generic function and task), its arguments (from its
-    signature), what it returns and raises, then its own docstring (the example)."""
-    task = task_of(fn.__name__)
-    generic = fn.__name__.removeprefix(f"{task}_")
+def _task_function(name: str) -> Callable[..., torch.Tensor]:
+    """The task function ``name`` (``binary_accuracy``): its signature, its docstring (the summary, its generic
+    function and task; its arguments, from its signature; what it returns and raises; its example) and its body,
+    :func:`_call`."""
+    task = task_of(name)
+    generic = name.removeprefix(f"{task}_")
+    form = (_MATRIX_FORMS if generic == "confusion_matrix" else _FORMS)[task]
+    names = (*form, "zero_division") if generic in _ZERO_DIVISION else form
+    sizes = {} if name == "multiclass_accuracy" else _SIZES
+    signature = [*_INPUTS, *params(names, **sizes)]
+    fn = define(name, signature, "torch.Tensor", globals(), f"_call({name!r}, {keywords(signature)})")
     what = WHAT[generic]
     summary = (
         f"{what[0].upper()}{what[1:]} of a {task} batch.\n\n"
@@ -51,8 +76,20 @@ def _task_doc(fn: _F) -> _F:
     returns = _RETURNS.get(generic) or f"{_MATRIX[task]} ``int64`` counts, or floating when normalized."
     docs = {**ARGS, **INPUTS[task]}
     sections = (args_section(fn, docs), section("Returns", returns), section("Raises", _RAISES))
-    fn.__doc__ = compose(summary, *sections, tail=fn.__doc__)
+    fn.__doc__ = compose(summary, *sections, tail=function_example(name))
     return fn
+
+
+def _call(name: str, preds: torch.Tensor, target: torch.Tensor, **arguments: Any) -> torch.Tensor:
+    """The body of the task function ``name``: its generic function with its task and its arguments."""
+    task = task_of(name)
+    generic = name.removeprefix(f"{task}_")
+    if generic == "confusion_matrix":
+        return confusion_matrix(preds, target, task, **arguments)
+    args = _TASK_ARGS[task](**arguments)
+    if generic == "stat_scores":
+        return _stacked(preds, target, args)
+    return _score("f1" if generic == "f1_score" else generic, preds, target, *args)
 
 
 # the arguments of ``_score`` after ``preds`` and ``target``: the generic form's, its task fixed
@@ -91,6 +128,13 @@ def _multilabel(
     return (*task_args, zero_division, 1, multidim_average)
 
 
+_TASK_ARGS: dict[str, Callable[..., _ScoreArgs]] = {
+    "binary": _binary,
+    "multiclass": _multiclass,
+    "multilabel": _multilabel,
+}
+
+
 def _stacked(preds: torch.Tensor, target: torch.Tensor, args: _ScoreArgs) -> torch.Tensor:
     """The stat scores in torchmetrics' stacked form, with ``_score``'s arguments (``zero_division`` unused)."""
     task, threshold, num_classes, num_labels, average, ignore_index, validate_args, _, top_k, multidim_average = args
@@ -99,461 +143,24 @@ def _stacked(preds: torch.Tensor, target: torch.Tensor, args: _ScoreArgs) -> tor
     return stack_stat_scores(stat_scores(preds, target, *task_args), task, average)
 
 
-@_task_doc
-def binary_accuracy(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    threshold: float = 0.5,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_accuracy(preds, target)
-        tensor(0.5000)
-    """
-    args = _binary(threshold, multidim_average, ignore_index, validate_args)
-    return _score("accuracy", preds, target, *args)
-
-
-@_task_doc
-def multiclass_accuracy(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_classes: int | None = None,
-    average: str | None = "macro",
-    top_k: int = 1,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_accuracy(preds, target, num_classes=3)
-        tensor(0.8333)
-    """
-    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
-    return _score("accuracy", preds, target, *args)
-
-
-@_task_doc
-def multilabel_accuracy(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_labels: int,
-    threshold: float = 0.5,
-    average: str | None = "macro",
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_accuracy(preds, target, num_labels=2)
-        tensor(0.5000)
-    """
-    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
-    return _score("accuracy", preds, target, *args)
-
-
-@_task_doc
-def binary_precision(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    threshold: float = 0.5,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-    zero_division: float = 0,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_precision(preds, target)
-        tensor(0.5000)
-    """
-    args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
-    return _score("precision", preds, target, *args)
-
-
-@_task_doc
-def multiclass_precision(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_classes: int,
-    average: str | None = "macro",
-    top_k: int = 1,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-    zero_division: float = 0,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_precision(preds, target, num_classes=3)
-        tensor(0.8333)
-    """
-    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
-    return _score("precision", preds, target, *args)
-
-
-@_task_doc
-def multilabel_precision(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_labels: int,
-    threshold: float = 0.5,
-    average: str | None = "macro",
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-    zero_division: float = 0,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_precision(preds, target, num_labels=2)
-        tensor(0.7500)
-    """
-    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
-    return _score("precision", preds, target, *args)
-
-
-@_task_doc
-def binary_recall(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    threshold: float = 0.5,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-    zero_division: float = 0,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_recall(preds, target)
-        tensor(0.5000)
-    """
-    args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
-    return _score("recall", preds, target, *args)
-
-
-@_task_doc
-def multiclass_recall(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_classes: int,
-    average: str | None = "macro",
-    top_k: int = 1,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-    zero_division: float = 0,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_recall(preds, target, num_classes=3)
-        tensor(0.8333)
-    """
-    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
-    return _score("recall", preds, target, *args)
-
-
-@_task_doc
-def multilabel_recall(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_labels: int,
-    threshold: float = 0.5,
-    average: str | None = "macro",
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-    zero_division: float = 0,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_recall(preds, target, num_labels=2)
-        tensor(0.5000)
-    """
-    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
-    return _score("recall", preds, target, *args)
-
-
-@_task_doc
-def binary_f1_score(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    threshold: float = 0.5,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-    zero_division: float = 0,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_f1_score(preds, target)
-        tensor(0.5000)
-    """
-    args = _binary(threshold, multidim_average, ignore_index, validate_args, zero_division)
-    return _score("f1", preds, target, *args)
-
-
-@_task_doc
-def multiclass_f1_score(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_classes: int,
-    average: str | None = "macro",
-    top_k: int = 1,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-    zero_division: float = 0,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_f1_score(preds, target, num_classes=3)
-        tensor(0.7778)
-    """
-    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args, zero_division)
-    return _score("f1", preds, target, *args)
-
-
-@_task_doc
-def multilabel_f1_score(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_labels: int,
-    threshold: float = 0.5,
-    average: str | None = "macro",
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-    zero_division: float = 0,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_f1_score(preds, target, num_labels=2)
-        tensor(0.5833)
-    """
-    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args, zero_division)
-    return _score("f1", preds, target, *args)
-
-
-@_task_doc
-def binary_specificity(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    threshold: float = 0.5,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_specificity(preds, target)
-        tensor(0.5000)
-    """
-    args = _binary(threshold, multidim_average, ignore_index, validate_args)
-    return _score("specificity", preds, target, *args)
-
-
-@_task_doc
-def multiclass_specificity(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_classes: int,
-    average: str | None = "macro",
-    top_k: int = 1,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_specificity(preds, target, num_classes=3)
-        tensor(0.8889)
-    """
-    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
-    return _score("specificity", preds, target, *args)
-
-
-@_task_doc
-def multilabel_specificity(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_labels: int,
-    threshold: float = 0.5,
-    average: str | None = "macro",
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_specificity(preds, target, num_labels=2)
-        tensor(0.5000)
-    """
-    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
-    return _score("specificity", preds, target, *args)
-
-
-@_task_doc
-def binary_stat_scores(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    threshold: float = 0.5,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_stat_scores(preds, target)
-        tensor([1, 1, 1, 1, 2])
-    """
-    args = _binary(threshold, multidim_average, ignore_index, validate_args)
-    return _stacked(preds, target, args)
-
-
-@_task_doc
-def multiclass_stat_scores(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_classes: int,
-    average: str | None = "macro",
-    top_k: int = 1,
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_stat_scores(preds, target, num_classes=3)
-        tensor([1.0000, 0.3333, 2.3333, 0.3333, 1.3333])
-    """
-    args = _multiclass(num_classes, average, top_k, multidim_average, ignore_index, validate_args)
-    return _stacked(preds, target, args)
-
-
-@_task_doc
-def multilabel_stat_scores(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_labels: int,
-    threshold: float = 0.5,
-    average: str | None = "macro",
-    multidim_average: str = "global",
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_stat_scores(preds, target, num_labels=2)
-        tensor([1.0000, 0.5000, 0.5000, 1.0000, 2.0000])
-    """
-    args = _multilabel(num_labels, threshold, average, multidim_average, ignore_index, validate_args)
-    return _stacked(preds, target, args)
-
-
-@_task_doc
-def binary_confusion_matrix(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    threshold: float = 0.5,
-    normalize: str | None = None,
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0.9, 0.2, 0.7, 0.4]), torch.tensor([1, 1, 0, 0])
-        >>> binary_confusion_matrix(preds, target)
-        tensor([[1, 1],
-                [1, 1]])
-    """
-    return confusion_matrix(preds, target, "binary", threshold, None, None, normalize, ignore_index, validate_args)
-
-
-@_task_doc
-def multiclass_confusion_matrix(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_classes: int,
-    normalize: str | None = None,
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([0, 2, 1, 2]), torch.tensor([0, 1, 1, 2])
-        >>> multiclass_confusion_matrix(preds, target, num_classes=3)
-        tensor([[1, 0, 0],
-                [0, 1, 1],
-                [0, 0, 1]])
-    """
-    return confusion_matrix(preds, target, "multiclass", 0.5, num_classes, None, normalize, ignore_index, validate_args)
-
-
-@_task_doc
-def multilabel_confusion_matrix(
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    num_labels: int,
-    threshold: float = 0.5,
-    normalize: str | None = None,
-    ignore_index: int | None = None,
-    validate_args: bool = True,
-) -> torch.Tensor:
-    """
-    Example:
-        >>> import torch
-        >>> preds, target = torch.tensor([[0.8, 0.1], [0.3, 0.9], [0.6, 0.4]]), torch.tensor([[1, 0], [1, 1], [0, 1]])
-        >>> multilabel_confusion_matrix(preds, target, num_labels=2)
-        tensor([[[0, 1],
-                 [1, 1]],
-        <BLANKLINE>
-                [[1, 0],
-                 [1, 1]]])
-    """
-    return confusion_matrix(
-        preds, target, "multilabel", threshold, None, num_labels, normalize, ignore_index, validate_args
-    )
+binary_accuracy = _task_function("binary_accuracy")
+multiclass_accuracy = _task_function("multiclass_accuracy")
+multilabel_accuracy = _task_function("multilabel_accuracy")
+binary_precision = _task_function("binary_precision")
+multiclass_precision = _task_function("multiclass_precision")
+multilabel_precision = _task_function("multilabel_precision")
+binary_recall = _task_function("binary_recall")
+multiclass_recall = _task_function("multiclass_recall")
+multilabel_recall = _task_function("multilabel_recall")
+binary_f1_score = _task_function("binary_f1_score")
+multiclass_f1_score = _task_function("multiclass_f1_score")
+multilabel_f1_score = _task_function("multilabel_f1_score")
+binary_specificity = _task_function("binary_specificity")
+multiclass_specificity = _task_function("multiclass_specificity")
+multilabel_specificity = _task_function("multilabel_specificity")
+binary_stat_scores = _task_function("binary_stat_scores")
+multiclass_stat_scores = _task_function("multiclass_stat_scores")
+multilabel_stat_scores = _task_function("multilabel_stat_scores")
+binary_confusion_matrix = _task_function("binary_confusion_matrix")
+multiclass_confusion_matrix = _task_function("multiclass_confusion_matrix")
+multilabel_confusion_matrix = _task_function("multilabel_confusion_matrix")

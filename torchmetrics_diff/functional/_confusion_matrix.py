@@ -17,14 +17,15 @@ def confusion_counts(
     preds: torch.Tensor,
     target: torch.Tensor,
     task: str,
-    threshold: float = 0.5,
-    num_classes: int | None = None,
-    num_labels: int | None = None,
-    ignore_index: int | None = None,
-    validate_args: bool = True,
+    threshold: float,
+    num_classes: int | None,
+    num_labels: int | None,
+    ignore_index: int | None,
+    validate_args: bool,
 ) -> torch.Tensor:
     """Unnormalized ``int64`` confusion matrix: ``(2, 2)`` binary, ``(C, C)`` multiclass, ``(L, 2, 2)`` multilabel;
-    rows are targets, columns predictions (``[[tn, fp], [fn, tp]]`` for the two-class ones)."""
+    rows are targets, columns predictions (``[[tn, fp], [fn, tp]]`` for the two-class ones). Every argument is
+    given (by :func:`confusion_matrix` and :class:`~torchmetrics_diff.ConfusionMatrix`, which hold the defaults)."""
     size = check_task_args(task, threshold, num_classes, num_labels, "micro", ignore_index)
     if task == "multiclass":
         return multiclass_confusion_counts(preds, target, size, ignore_index, validate_args)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from torchmetrics_diff.functional._checks import acc_dtype, check_values, compiling
+from torchmetrics_diff.functional._docs import shared_docs
 from torchmetrics_diff.functional._regression import _columns, _outputs_of, _squeeze_single
 
 MULTIOUTPUTS = ("raw_values", "uniform_average", "variance_weighted")
@@ -127,6 +128,13 @@ def r2_score(
 
 
 # -------------------------------------------------------------------------------------------------- Pearson
+#: the ``Raises`` of Pearson's and Spearman's correlations, and the heading of their examples
+_RAISES = """Raises:
+    ValueError: shapes that differ or are not ``(N,)``/``(N, M)``, or complex or boolean tensors.
+
+Example:"""
+
+
 def pearson_corrcoef_stats(preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1) -> torch.Tensor:
     """The six sums ``(N, Σx, Σy, Σx², Σy², Σxy)`` stacked into one float64 tensor of shape ``(6, num_outputs)``.
 
@@ -163,6 +171,7 @@ def pearson_corrcoef_from_stats(stats: torch.Tensor) -> torch.Tensor:
     return _squeeze_single(r)
 
 
+@shared_docs(raises=_RAISES)
 def pearson_corrcoef(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Pearson correlation coefficient of a batch, per column of ``(N, M)`` inputs.
 
@@ -179,10 +188,7 @@ def pearson_corrcoef(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         The dtype is the inputs' for float32 and float64 inputs, float32 for half-precision ones, the default
         dtype for integer ones.
 
-    Raises:
-        ValueError: shapes that differ or are not ``(N,)``/``(N, M)``, or complex or boolean tensors.
-
-    Example:
+    {raises}
         >>> import torch
         >>> pearson_corrcoef(torch.tensor([2.5, 0.0, 2.0, 8.0]), torch.tensor([3.0, -0.5, 2.0, 7.0]))
         tensor(0.9849)
@@ -307,6 +313,7 @@ def spearman_rows(preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 
     return p.detach(), t.detach()
 
 
+@shared_docs(raises=_RAISES)
 def spearman_corrcoef(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Spearman's rank correlation coefficient of a batch, per column of ``(N, M)`` inputs: Pearson's r of the
     ranks, tied values sharing the mean of their ranks (as ``scipy.stats.spearmanr``).
@@ -323,10 +330,7 @@ def spearman_corrcoef(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor
         column (or fewer than two rows). The dtype is the inputs' for float32 and float64 inputs, float32 for
         half-precision ones, the default dtype for integer ones.
 
-    Raises:
-        ValueError: shapes that differ or are not ``(N,)``/``(N, M)``, or complex or boolean tensors.
-
-    Example:
+    {raises}
         >>> import torch
         >>> spearman_corrcoef(torch.tensor([2.5, 0.0, 2.0, 8.0]), torch.tensor([3.0, -0.5, 2.0, 7.0]))
         tensor(1.)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from torchmetrics_diff.functional._curves import _curve
+from torchmetrics_diff.functional._curves import CurveArgs, _curve
 
 
 def auroc(
@@ -73,7 +73,7 @@ def auroc(
         tensor([1.0000, 0.8750, 1.0000])
     """
     args = (task, num_classes, num_labels, average, thresholds, ignore_index, validate_args, max_fpr)
-    return _curve("auroc", preds, target, *args, nan_strategy=nan_strategy, owner="auroc")
+    return _curve("auroc", preds, target, CurveArgs(*args, nan_strategy=nan_strategy), "auroc")
 
 
 def average_precision(
@@ -132,7 +132,7 @@ def average_precision(
         tensor(0.8333)
     """
     args = (task, num_classes, num_labels, average, thresholds, ignore_index, validate_args)
-    return _curve("average_precision", preds, target, *args, nan_strategy=nan_strategy, owner="average_precision")
+    return _curve("average_precision", preds, target, CurveArgs(*args, nan_strategy=nan_strategy), "average_precision")
 
 
 def binary_auroc(
@@ -171,21 +171,8 @@ def binary_auroc(
         >>> binary_auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1]))
         tensor(0.7500)
     """
-    return _curve(
-        "auroc",
-        preds,
-        target,
-        "binary",
-        None,
-        None,
-        None,
-        thresholds,
-        ignore_index,
-        validate_args,
-        max_fpr,
-        nan_strategy=nan_strategy,
-        owner="binary_auroc",
-    )
+    args = CurveArgs("binary", None, None, None, thresholds, ignore_index, validate_args, max_fpr, nan_strategy)
+    return _curve("auroc", preds, target, args, "binary_auroc")
 
 
 def multiclass_auroc(
@@ -228,7 +215,7 @@ def multiclass_auroc(
         tensor(0.9583)
     """
     args = (num_classes, None, average, thresholds, ignore_index, validate_args)
-    return _curve("auroc", preds, target, "multiclass", *args, nan_strategy=nan_strategy, owner="multiclass_auroc")
+    return _curve("auroc", preds, target, CurveArgs("multiclass", *args, nan_strategy=nan_strategy), "multiclass_auroc")
 
 
 def multilabel_auroc(
@@ -271,7 +258,7 @@ def multilabel_auroc(
         tensor([1.0000, 0.6667])
     """
     args = (None, num_labels, average, thresholds, ignore_index, validate_args)
-    return _curve("auroc", preds, target, "multilabel", *args, nan_strategy=nan_strategy, owner="multilabel_auroc")
+    return _curve("auroc", preds, target, CurveArgs("multilabel", *args, nan_strategy=nan_strategy), "multilabel_auroc")
 
 
 def binary_average_precision(
@@ -310,7 +297,11 @@ def binary_average_precision(
     """
     args = (None, None, None, thresholds, ignore_index, validate_args)
     return _curve(
-        "average_precision", preds, target, "binary", *args, nan_strategy=nan_strategy, owner="binary_average_precision"
+        "average_precision",
+        preds,
+        target,
+        CurveArgs("binary", *args, nan_strategy=nan_strategy),
+        "binary_average_precision",
     )
 
 
@@ -360,10 +351,8 @@ def multiclass_average_precision(
         "average_precision",
         preds,
         target,
-        "multiclass",
-        *args,
-        nan_strategy=nan_strategy,
-        owner="multiclass_average_precision",
+        CurveArgs("multiclass", *args, nan_strategy=nan_strategy),
+        "multiclass_average_precision",
     )
 
 
@@ -412,8 +401,6 @@ def multilabel_average_precision(
         "average_precision",
         preds,
         target,
-        "multilabel",
-        *args,
-        nan_strategy=nan_strategy,
-        owner="multilabel_average_precision",
+        CurveArgs("multilabel", *args, nan_strategy=nan_strategy),
+        "multilabel_average_precision",
     )

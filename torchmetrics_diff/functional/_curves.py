@@ -20,7 +20,7 @@ precision such a class is NaN and is left out of the ``macro`` and ``weighted`` 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -307,24 +307,29 @@ def curve_score(
     return mean.to(dtype)
 
 
-def _curve(
-    curve: str,
-    preds: torch.Tensor,
-    target: torch.Tensor,
-    task: str,
-    num_classes: int | None,
-    num_labels: int | None,
-    average: str | None,
-    thresholds: Any,
-    ignore_index: int | None,
-    validate_args: bool,
-    max_fpr: Any = None,
-    nan_strategy: str = "error",
-    owner: str = "",
-) -> torch.Tensor:
+class CurveArgs(NamedTuple):
+    """The arguments of an AUROC or an average precision, as its functions and its metrics check them."""
+
+    task: str
+    num_classes: int | None
+    num_labels: int | None
+    average: str | None
+    thresholds: Any
+    ignore_index: int | None
+    validate_args: bool
+    max_fpr: Any = None
+    nan_strategy: str = "error"
+
+    def check(self) -> int:
+        """:func:`check_curve_args` of these arguments: the number of columns."""
+        args = (self.task, self.num_classes, self.num_labels, self.average, self.thresholds, self.ignore_index)
+        return check_curve_args(*args, self.max_fpr)
+
+
+def _curve(curve: str, preds: torch.Tensor, target: torch.Tensor, args: CurveArgs, owner: str = "") -> torch.Tensor:
     """Validate, format and score: the body of every AUROC and average-precision function (``owner``: its name,
     for the messages)."""
-    size = check_curve_args(task, num_classes, num_labels, average, thresholds, ignore_index, max_fpr)
-    nan_strategy = check_nan_strategy(nan_strategy)
-    scores, labels = curve_inputs(preds, target, task, size, ignore_index, validate_args)
-    return curve_score(scores, labels, task, size, average, curve, nan_strategy, owner)
+    size = args.check()
+    nan_strategy = check_nan_strategy(args.nan_strategy)
+    scores, labels = curve_inputs(preds, target, args.task, size, args.ignore_index, args.validate_args)
+    return curve_score(scores, labels, args.task, size, args.average, curve, nan_strategy, owner)

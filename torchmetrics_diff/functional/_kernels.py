@@ -39,7 +39,7 @@ Nothing here communicates: a kernel sees tensors and, for CLIP's columns, a func
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import torch
 import torch.nn.functional as F
@@ -108,17 +108,15 @@ def _matmul_grads(
 
 
 # ------------------------------------------------------------------------------------------ softmax rows
+#: the classes of a softmax cross-entropy: ``(anchor_cls, cand_cls, own, n_classes)`` (see :func:`softmax_xent_sum`)
+_Classes = tuple[Tensor, Tensor, Union[Tensor, None], int]
+
+
 def _xent_forward(
-    a: Tensor,
-    c: Tensor,
-    scale: Tensor,
-    anchor_cls: Tensor,
-    cand_cls: Tensor,
-    own: Tensor | None,
-    n_classes: int,
-    need_grad: bool,
+    a: Tensor, c: Tensor, scale: Tensor, classes: _Classes, need_grad: bool
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:
     """Value, valid-anchor count, ``G`` (valid rows' softmax, or None), per-class candidate sums, anchor weights."""
+    anchor_cls, cand_cls, own, n_classes = classes
     acc = acc_dtype(a.dtype)
     logits = scaled_products(a, c.T, scale)  # (n, M); the only (n, M) buffer
     if own is not None and logits.numel():
@@ -160,9 +158,8 @@ class _SoftmaxXent(torch.autograd.Function):
         own: Tensor | None,
         n_classes: int,
     ) -> tuple[Tensor, Tensor]:
-        value, count, g_mat, positive_rows, weight = _xent_forward(
-            a, c, scale, anchor_cls, cand_cls, own, n_classes, True
-        )
+        classes = (anchor_cls, cand_cls, own, n_classes)
+        value, count, g_mat, positive_rows, weight = _xent_forward(a, c, scale, classes, True)
         ctx.save_for_backward(a, c, scale, g_mat, positive_rows, anchor_cls, cand_cls, own, weight)
         ctx.n_classes = n_classes
         ctx.mark_non_differentiable(count)
@@ -234,7 +231,7 @@ def softmax_xent_sum(
         scale_t = as_scale(scale, anchors)
         if needs_grad(anchors, candidates, scale_t):
             return _SoftmaxXent.apply(anchors, candidates, scale_t, anchor_cls, cand_cls, own, n_classes)
-        value, count, *_ = _xent_forward(anchors, candidates, scale_t, anchor_cls, cand_cls, own, n_classes, False)
+        value, count, *_ = _xent_forward(anchors, candidates, scale_t, (anchor_cls, cand_cls, own, n_classes), False)
     return value, count
 
 

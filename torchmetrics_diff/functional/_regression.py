@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from torchmetrics_diff.functional._checks import acc_dtype, check_positive_int
+from torchmetrics_diff.functional._docs import shared_docs
 from torchmetrics_diff.functional._errors import ShapeMismatchError
 
 
@@ -82,6 +83,28 @@ def _squeeze_single(value: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------- squared / abs error
+#: the ``Args`` of the errors with ``num_outputs``: ``preds`` and ``target``; ``num_outputs``, then their ``Returns``
+#: and ``Raises`` and the heading of their examples (the first line an ``Args`` entry, indented as one)
+_OUTPUTS_DOCS = {
+    "inputs": """preds: predictions, a real floating or integer tensor. With ``num_outputs=1`` any shape (every element
+    is one observation); else ``(N, num_outputs)``.
+target: targets of the shape of ``preds``.""",
+    "outputs": """\
+    num_outputs: the number of outputs ``M``, scored separately. Default 1.
+
+Returns:
+    0-d with one output, else shape ``(num_outputs,)``, NaN for empty inputs.
+    The dtype is the inputs' for float32 and float64 inputs, float32 for half-precision ones, the default
+    dtype for integer ones.
+
+Raises:
+    ValueError: ``preds`` and ``target`` of different shapes, complex or boolean tensors, a non-positive
+        ``num_outputs``, or a shape that is not ``(N, num_outputs)``.
+
+Example:""",
+}
+
+
 def mean_squared_error_stats(
     preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,6 +120,7 @@ def mean_squared_error_from_stats(sum_sq: torch.Tensor, count: torch.Tensor, squ
     return mse if squared else torch.sqrt(mse)
 
 
+@shared_docs(**_OUTPUTS_DOCS)
 def mean_squared_error(
     preds: torch.Tensor, target: torch.Tensor, squared: bool = True, num_outputs: int = 1
 ) -> torch.Tensor:
@@ -105,22 +129,9 @@ def mean_squared_error(
     The functional form of :class:`~torchmetrics_diff.MeanSquaredError`; no collective; differentiable.
 
     Args:
-        preds: predictions, a real floating or integer tensor. With ``num_outputs=1`` any shape (every element
-            is one observation); else ``(N, num_outputs)``.
-        target: targets of the shape of ``preds``.
+        {inputs}
         squared: ``True`` (default) for the MSE, ``False`` for the root mean squared error.
-        num_outputs: the number of outputs ``M``, scored separately. Default 1.
-
-    Returns:
-        0-d with one output, else shape ``(num_outputs,)``, NaN for empty inputs.
-        The dtype is the inputs' for float32 and float64 inputs, float32 for half-precision ones, the default
-        dtype for integer ones.
-
-    Raises:
-        ValueError: ``preds`` and ``target`` of different shapes, complex or boolean tensors, a non-positive
-            ``num_outputs``, or a shape that is not ``(N, num_outputs)``.
-
-    Example:
+    {outputs}
         >>> import torch
         >>> mean_squared_error(torch.tensor([2.5, 5.0, 4.0, 8.0]), torch.tensor([3.0, 5.0, 2.5, 7.0]))
         tensor(0.8750)
@@ -141,27 +152,15 @@ def mean_absolute_error_from_stats(sum_abs: torch.Tensor, count: torch.Tensor) -
     return _mean(sum_abs, count)
 
 
+@shared_docs(**_OUTPUTS_DOCS)
 def mean_absolute_error(preds: torch.Tensor, target: torch.Tensor, num_outputs: int = 1) -> torch.Tensor:
     """Mean absolute error ``Σ |preds - target| / N`` of a batch.
 
     The functional form of :class:`~torchmetrics_diff.MeanAbsoluteError`; no collective; differentiable.
 
     Args:
-        preds: predictions, a real floating or integer tensor. With ``num_outputs=1`` any shape (every element
-            is one observation); else ``(N, num_outputs)``.
-        target: targets of the shape of ``preds``.
-        num_outputs: the number of outputs ``M``, scored separately. Default 1.
-
-    Returns:
-        0-d with one output, else shape ``(num_outputs,)``, NaN for empty inputs.
-        The dtype is the inputs' for float32 and float64 inputs, float32 for half-precision ones, the default
-        dtype for integer ones.
-
-    Raises:
-        ValueError: ``preds`` and ``target`` of different shapes, complex or boolean tensors, a non-positive
-            ``num_outputs``, or a shape that is not ``(N, num_outputs)``.
-
-    Example:
+        {inputs}
+    {outputs}
         >>> import torch
         >>> mean_absolute_error(torch.tensor([2.5, 5.0, 4.0, 8.0]), torch.tensor([3.0, 5.0, 2.5, 7.0]))
         tensor(0.7500)
@@ -173,6 +172,19 @@ def mean_absolute_error(preds: torch.Tensor, target: torch.Tensor, num_outputs: 
 #: the floor of a percentage error's denominator (scikit-learn's and torchmetrics' value): a target of 0 gives a
 #: large finite error, never ``inf``
 PERCENTAGE_EPSILON = 1.17e-06
+#: the ``Args``, ``Returns`` and ``Raises`` of both percentage errors (and the heading of their examples)
+_PERCENTAGE_DOCS = """Args:
+    preds: predictions, a real floating or integer tensor of any shape (every element is one observation).
+    target: targets of the shape of ``preds``.
+
+Returns:
+    0-d; NaN for empty inputs. The dtype is the inputs' for float32 and float64 inputs, float32 for
+    half-precision ones, the default dtype for integer ones.
+
+Raises:
+    ValueError: ``preds`` and ``target`` of different shapes, or complex or boolean tensors.
+
+Example:"""
 
 
 def mean_absolute_percentage_error_stats(
@@ -184,24 +196,14 @@ def mean_absolute_percentage_error_stats(
     return ratio.sum(0), torch.full((), p.shape[0], dtype=torch.int64, device=p.device)
 
 
+@shared_docs(sections=_PERCENTAGE_DOCS)
 def mean_absolute_percentage_error(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Mean absolute percentage error ``Σ |p - t| / max(|t|, ε) / N`` of a batch (a fraction: 0.1 is 10 %).
 
     The functional form of :class:`~torchmetrics_diff.MeanAbsolutePercentageError`; no collective;
     differentiable. ``ε = 1.17e-6`` (scikit-learn's and torchmetrics' floor) keeps a zero target finite.
 
-    Args:
-        preds: predictions, a real floating or integer tensor of any shape (every element is one observation).
-        target: targets of the shape of ``preds``.
-
-    Returns:
-        0-d; NaN for empty inputs. The dtype is the inputs' for float32 and float64 inputs, float32 for
-        half-precision ones, the default dtype for integer ones.
-
-    Raises:
-        ValueError: ``preds`` and ``target`` of different shapes, or complex or boolean tensors.
-
-    Example:
+    {sections}
         >>> import torch
         >>> mean_absolute_percentage_error(torch.tensor([0.9, 15.0, 1.2e6]), torch.tensor([1.0, 10.0, 1e6]))
         tensor(0.2667)
@@ -218,24 +220,14 @@ def symmetric_mean_absolute_percentage_error_stats(
     return ratio.sum(0), torch.full((), p.shape[0], dtype=torch.int64, device=p.device)
 
 
+@shared_docs(sections=_PERCENTAGE_DOCS)
 def symmetric_mean_absolute_percentage_error(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Symmetric mean absolute percentage error ``Σ 2 |p - t| / max(|t| + |p|, ε) / N`` of a batch, in ``[0, 2]``.
 
     The functional form of :class:`~torchmetrics_diff.SymmetricMeanAbsolutePercentageError`; no collective;
     differentiable. ``ε = 1.17e-6``, as torchmetrics.
 
-    Args:
-        preds: predictions, a real floating or integer tensor of any shape (every element is one observation).
-        target: targets of the shape of ``preds``.
-
-    Returns:
-        0-d; NaN for empty inputs. The dtype is the inputs' for float32 and float64 inputs, float32 for
-        half-precision ones, the default dtype for integer ones.
-
-    Raises:
-        ValueError: ``preds`` and ``target`` of different shapes, or complex or boolean tensors.
-
-    Example:
+    {sections}
         >>> import torch
         >>> symmetric_mean_absolute_percentage_error(torch.tensor([0.9, 15.0, 1.2e6]), torch.tensor([1.0, 10.0, 1e6]))
         tensor(0.2290)

@@ -244,3 +244,18 @@ class GlobalBatchLoss(Metric):
     def compute(self) -> Tensor:
         """The mean of the recorded losses (NaN before any call), in the dtype ``forward`` returns."""
         return (self.loss_total / self.steps).to(value_dtype(self))
+
+
+class _TwoViewsLoss(GlobalBatchLoss):
+    """A loss of two views of this rank's batch, ``za`` and ``zb`` (Barlow Twins, VICReg), of one dtype."""
+
+    _same_dtype = ("za", "zb")
+
+    def update(self, za: Tensor, zb: Tensor) -> None:
+        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
+
+        Args:
+            za: this rank's embeddings of the first views ``(B, D)``.
+            zb: the second views ``(B, D)``.
+        """
+        self._update_from(za=za, zb=zb)

@@ -8,7 +8,8 @@ from typing import Any
 from torch import Tensor
 
 from torchmetrics_diff import functional as F
-from torchmetrics_diff.losses._base import GlobalBatchLoss
+from torchmetrics_diff.functional._docs import shared_docs
+from torchmetrics_diff.losses._base import GlobalBatchLoss, _TwoViewsLoss
 
 
 def _check_temperature(temperature: float) -> float:
@@ -19,6 +20,22 @@ def _check_temperature(temperature: float) -> float:
     return float(temperature)
 
 
+#: the last arguments and the errors of CLIP and SigLIP, and the heading of their examples (the first line an
+#: ``Args`` entry, indented as one)
+_TILE_DOCS = """\
+    tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
+    dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
+        plain local loss.
+    kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
+
+Raises:
+    ValueError: an unknown ``strategy``, a bad ``tile``, or a bad :class:`~torchmetrics_diff.Metric` keyword
+        argument.
+
+Example:"""
+
+
+@shared_docs(tile=_TILE_DOCS)
 class CLIPLoss(GlobalBatchLoss):
     r"""Symmetric image–text contrastive loss of CLIP (Radford et al., 2021) over the global batch.
 
@@ -33,16 +50,7 @@ class CLIPLoss(GlobalBatchLoss):
             own rows against all), ``"replicated"`` or
             ``"ring"`` (the candidate blocks travel around the ranks; :doc:`/guide/ring`); see
             :doc:`/guide/strategies`.
-        tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
-        dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
-            plain local loss.
-        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
-
-    Raises:
-        ValueError: an unknown ``strategy``, a bad ``tile``, or a bad :class:`~torchmetrics_diff.Metric` keyword
-            argument.
-
-    Example:
+    {tile}
         >>> import torch
         >>> from torchmetrics_diff.losses import CLIPLoss
         >>> loss = CLIPLoss()
@@ -86,6 +94,25 @@ class CLIPLoss(GlobalBatchLoss):
         return F.global_clip_loss(image_embeds, text_embeds, logit_scale, **self._options())
 
 
+#: the arguments and errors of InfoNCE and SupCon, and the heading of their examples (the first line an ``Args``
+#: entry, indented as one)
+_TEMPERATURE_DOCS = """\
+    temperature: ``τ``, a finite positive number. Default ``0.1``.
+    strategy: ``"auto"`` (default: picks one of the others per call, see
+        :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"``, ``"replicated"`` or
+        ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
+    tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
+    kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
+        ``process_group``, ``grad_reduction``...).
+
+Raises:
+    ValueError: a ``temperature`` that is not a finite positive number, an unknown ``strategy``, a bad ``tile``, or
+        a bad :class:`~torchmetrics_diff.Metric` keyword argument.
+
+Example:"""
+
+
+@shared_docs(temperature=_TEMPERATURE_DOCS)
 class InfoNCELoss(GlobalBatchLoss):
     r"""NT-Xent loss of SimCLR (Chen et al., 2020) over the global batch of two views.
 
@@ -96,19 +123,7 @@ class InfoNCELoss(GlobalBatchLoss):
         \ell = \frac{1}{2N}\sum_{a}-\log\frac{\exp(\cos(z_a, z_{p(a)})/\tau)}{\sum_{k\ne a}\exp(\cos(z_a, z_k)/\tau)}
 
     Args:
-        temperature: ``τ``, a finite positive number. Default ``0.1``.
-        strategy: ``"auto"`` (default: picks one of the others per call, see
-            :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"``, ``"replicated"`` or
-            ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
-        tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
-        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
-            ``process_group``, ``grad_reduction``...).
-
-    Raises:
-        ValueError: a ``temperature`` that is not a finite positive number, an unknown ``strategy``, a bad ``tile``, or
-            a bad :class:`~torchmetrics_diff.Metric` keyword argument.
-
-    Example:
+    {temperature}
         >>> import torch
         >>> from torchmetrics_diff.losses import InfoNCELoss
         >>> z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
@@ -149,6 +164,7 @@ class InfoNCELoss(GlobalBatchLoss):
         return F.global_info_nce_loss(z1, z2, self.temperature, **self._options())
 
 
+@shared_docs(temperature=_TEMPERATURE_DOCS)
 class SupConLoss(GlobalBatchLoss):
     r"""Supervised contrastive loss (Khosla et al., 2020, :math:`L^{sup}_{out}`) over the global batch.
 
@@ -156,19 +172,7 @@ class SupConLoss(GlobalBatchLoss):
     is over the global number of anchors with at least one positive.
 
     Args:
-        temperature: ``τ``, a finite positive number. Default ``0.1``.
-        strategy: ``"auto"`` (default: picks one of the others per call, see
-            :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"``, ``"replicated"`` or
-            ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
-        tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
-        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``dist_sync_on_step``, default ``True``,
-            ``process_group``, ``grad_reduction``...).
-
-    Raises:
-        ValueError: a ``temperature`` that is not a finite positive number, an unknown ``strategy``, a bad ``tile``, or
-            a bad :class:`~torchmetrics_diff.Metric` keyword argument.
-
-    Example:
+    {temperature}
         >>> import torch
         >>> from torchmetrics_diff.losses import SupConLoss
         >>> feats = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
@@ -211,6 +215,7 @@ class SupConLoss(GlobalBatchLoss):
         return F.global_supcon_loss(features, labels, self.temperature, **self._options())
 
 
+@shared_docs(tile=_TILE_DOCS)
 class SigLIPLoss(GlobalBatchLoss):
     r"""Pairwise sigmoid loss of SigLIP (Zhai et al., 2023) over the global batch.
 
@@ -223,16 +228,7 @@ class SigLIPLoss(GlobalBatchLoss):
         strategy: ``"auto"`` (default: picks one of the others per call, see
             :attr:`~torchmetrics_diff.losses.GlobalBatchLoss.last_strategy`), ``"sharded"``, ``"replicated"`` or
             ``"ring"`` (:doc:`/guide/strategies`, :doc:`/guide/ring`).
-        tile: with ``"ring"`` (chosen or picked), candidate columns per logit tile (``None``: 64). Default ``None``.
-        dist_sync_on_step: compute the loss over every rank's rows (default ``True``); ``False`` gives the
-            plain local loss.
-        kwargs: :class:`~torchmetrics_diff.Metric` keyword arguments (``process_group``, ``grad_reduction``...).
-
-    Raises:
-        ValueError: an unknown ``strategy``, a bad ``tile``, or a bad :class:`~torchmetrics_diff.Metric` keyword
-            argument.
-
-    Example:
+    {tile}
         >>> import torch
         >>> from torchmetrics_diff.losses import SigLIPLoss
         >>> SigLIPLoss()(torch.eye(2), torch.eye(2), torch.tensor(10.0), torch.tensor(-5.0))
@@ -288,7 +284,7 @@ class SigLIPLoss(GlobalBatchLoss):
         return F.global_siglip_loss(image_embeds, text_embeds, logit_scale, logit_bias, **self._options())
 
 
-class BarlowTwinsLoss(GlobalBatchLoss):
+class BarlowTwinsLoss(_TwoViewsLoss):
     r"""Barlow Twins (Zbontar et al., 2021) on the cross-correlation of the global batch.
 
     Computed from all-reduced sufficient statistics (``Σz``, ``Σz²``, ``Σ z_a z_bᵀ``, count): the
@@ -322,8 +318,6 @@ class BarlowTwinsLoss(GlobalBatchLoss):
                 raise ValueError(f"`{name}` must be a finite number >= 0; got {value!r}")
         self.lambda_offdiag, self.eps = float(lambda_offdiag), float(eps)
 
-    _same_dtype = ("za", "zb")
-
     def forward(self, za: Tensor, zb: Tensor) -> Tensor:
         """The Barlow Twins loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
 
@@ -336,15 +330,6 @@ class BarlowTwinsLoss(GlobalBatchLoss):
             0-d, float64 for float64 inputs, else float32.
         """
         return self._step(za=za, zb=zb)
-
-    def update(self, za: Tensor, zb: Tensor) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
-
-        Args:
-            za: this rank's embeddings of the first views ``(B, D)``.
-            zb: the second views ``(B, D)``.
-        """
-        self._update_from(za=za, zb=zb)
 
     def _loss(self, za: Tensor, zb: Tensor, *, sync: bool) -> Tensor:  # type: ignore[override]
         if not sync:

@@ -10,10 +10,10 @@ from torch import Tensor, nn
 
 from torchmetrics_diff import functional as F
 from torchmetrics_diff.distributed._backend import Group
-from torchmetrics_diff.losses._base import GlobalBatchLoss
+from torchmetrics_diff.losses._base import _TwoViewsLoss
 
 
-class VICRegLoss(GlobalBatchLoss):
+class VICRegLoss(_TwoViewsLoss):
     r"""VICReg (Bardes, Ponce and LeCun, 2022) with its batch statistics over the global batch.
 
     .. math::
@@ -54,8 +54,6 @@ class VICRegLoss(GlobalBatchLoss):
         tensor(0.0100)
     """
 
-    _same_dtype = ("za", "zb")
-
     def __init__(
         self,
         sim_coeff: float = 25.0,
@@ -85,15 +83,6 @@ class VICRegLoss(GlobalBatchLoss):
             The loss of every rank's rows, identical on every rank: 0-d, float64 for float64 inputs, else float32.
         """
         return self._step(za=za, zb=zb)
-
-    def update(self, za: Tensor, zb: Tensor) -> None:
-        """Record the loss of a batch without gradient (validation); arguments as in :meth:`forward`.
-
-        Args:
-            za: this rank's embeddings of the first views ``(B, D)``.
-            zb: the second views ``(B, D)``.
-        """
-        self._update_from(za=za, zb=zb)
 
     def _shift_for(self, za: Tensor) -> tuple[Tensor, Tensor] | None:
         shift = self._shift

@@ -7,11 +7,12 @@ from typing import Any
 import torch
 
 from torchmetrics_diff.metric import Metric
-from torchmetrics_diff.wrappers._base import Member, WrapperMetric
+from torchmetrics_diff.wrappers._base import Member
+from torchmetrics_diff.wrappers._inner import _InnerWrapper
 from torchmetrics_diff.wrappers.minmax import _check_metric
 
 
-class ClasswiseWrapper(WrapperMetric):
+class ClasswiseWrapper(_InnerWrapper):
     """Spread a metric's per-class value (``average=None``) over a dict with one key per class.
 
     Keys are ``f"{prefix}{label}{postfix}"``; without ``prefix`` and ``postfix`` the prefix is the inner metric's
@@ -58,21 +59,11 @@ class ClasswiseWrapper(WrapperMetric):
         self._prefix = prefix
         self._postfix = postfix
 
-    @property
-    def higher_is_better(self) -> bool | None:  # type: ignore[override]
-        """The inner metric's ``higher_is_better``."""
-        return self.metric.higher_is_better
-
-    @property
-    def is_differentiable(self) -> bool | None:  # type: ignore[override]
-        """The inner metric's ``is_differentiable``."""
-        return self.metric.is_differentiable
+    def _inner(self) -> Metric:
+        return self.metric
 
     def _members(self) -> dict[str, Member]:
         return {"metric": self.metric}
-
-    def _kwargs_target(self) -> Metric:
-        return self.metric
 
     def _affixes(self) -> tuple[str, str]:
         if self._prefix or self._postfix:

@@ -9,8 +9,17 @@ from typing import Any
 from torch import nn
 
 from torchmetrics_diff.collections import MetricCollection
+from torchmetrics_diff.functional._docs import shared_docs
 from torchmetrics_diff.metric import Metric
 from torchmetrics_diff.wrappers._base import Member, WrapperMetric
+
+#: the ``Args`` and ``Raises`` of ``update`` and ``forward``
+_BATCH = """Args:
+    task_preds: task name -> that task's predictions.
+    task_targets: task name -> that task's targets.
+
+Raises:
+    ValueError: the dicts' keys are not the tasks."""
 
 
 class MultitaskWrapper(WrapperMetric):
@@ -95,28 +104,20 @@ class MultitaskWrapper(WrapperMetric):
                 keys = sorted(given) if isinstance(given, dict) else type(given).__name__
                 raise ValueError(f"`{name}` must be a dict with the tasks {sorted(self.task_metrics)}; got {keys}")
 
+    @shared_docs(batch=_BATCH)
     def update(self, task_preds: dict[str, Any], task_targets: dict[str, Any]) -> None:
         """Update every task's metric with its predictions and targets.
 
-        Args:
-            task_preds: task name -> that task's predictions.
-            task_targets: task name -> that task's targets.
-
-        Raises:
-            ValueError: the dicts' keys are not the tasks.
+        {batch}
         """
         self._check_tasks(task_preds, task_targets)
         super().update(task_preds, task_targets)
 
+    @shared_docs(batch=_BATCH)
     def forward(self, task_preds: dict[str, Any], task_targets: dict[str, Any]) -> dict[str, Any]:
         """Update every task's metric and return each task's value of the batch.
 
-        Args:
-            task_preds: task name -> that task's predictions.
-            task_targets: task name -> that task's targets.
-
-        Raises:
-            ValueError: the dicts' keys are not the tasks.
+        {batch}
         """
         self._check_tasks(task_preds, task_targets)
         return super().forward(task_preds, task_targets)

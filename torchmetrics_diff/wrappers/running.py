@@ -9,11 +9,12 @@ from torch import nn
 
 from torchmetrics_diff.aggregation import MeanMetric, NanStrategy, SumMetric
 from torchmetrics_diff.metric import Metric
-from torchmetrics_diff.wrappers._base import Member, WrapperMetric
+from torchmetrics_diff.wrappers._base import Member
+from torchmetrics_diff.wrappers._inner import _InnerWrapper
 from torchmetrics_diff.wrappers.minmax import _check_metric
 
 
-class Running(WrapperMetric):
+class Running(_InnerWrapper):
     """``base_metric`` over the last ``window`` updates (or ``forward`` calls) only.
 
     Each update fills one of ``window`` slots (a copy of the metric, the oldest overwritten); ``compute`` merges
@@ -57,15 +58,8 @@ class Running(WrapperMetric):
         self._slots = nn.ModuleList([deepcopy(base_metric) for _ in range(window)])
         self._num_vals_seen = 0
 
-    @property
-    def higher_is_better(self) -> bool | None:  # type: ignore[override]
-        """The inner metric's ``higher_is_better``."""
-        return self.base_metric.higher_is_better
-
-    @property
-    def is_differentiable(self) -> bool | None:  # type: ignore[override]
-        """The inner metric's ``is_differentiable``."""
-        return self.base_metric.is_differentiable
+    def _inner(self) -> Metric:
+        return self.base_metric
 
     def _members(self) -> dict[str, Member]:
         return {str(i): m for i, m in enumerate(self._slots)}  # type: ignore[misc]  # (copies of a Metric)
@@ -75,9 +69,6 @@ class Running(WrapperMetric):
 
     def _step_members(self) -> dict[str, Member]:
         return {"current": self._current()}  # one key whatever the slot: the step sync keeps its plan
-
-    def _kwargs_target(self) -> Metric:
-        return self.base_metric
 
     def _start_step(self) -> Any:
         slot = self._current()
@@ -113,45 +104,42 @@ class Running(WrapperMetric):
         self._num_vals_seen = 0
 
 
-class RunningMean(Running):
-    """The weighted mean of the last ``window`` updates: ``Running(MeanMetric(...), window)``.
+class _Aggregation(Running):
+    """``Running`` of an aggregation metric (:attr:`_aggregation`) made from the arguments."""
+
+    _aggregation: type[MeanMetric | SumMetric]
+
+    def __init__(self, window: int = 5, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
+        super().__init__(self._aggregation(nan_strategy=nan_strategy, **kwargs), window=window)
+
+
+def _doc(summary: str, inner: str, window: int, updates: int, comment: str, value: str) -> str:
+    """The docstring of ``Running<inner>``: ``summary`` of the last ``window`` updates, and an example that
+    updates it ``updates`` times, then prints ``value`` (what ``comment`` says it is)."""
+    name = f"Running{inner.removesuffix('Metric')}"
+    return f"""{summary} of the last ``window`` updates: ``Running({inner}(...), window)``.
 
     Args:
         window: the number of updates kept. Default 5.
-        nan_strategy: as :class:`~torchmetrics_diff.MeanMetric`'s. Default ``"warn"``.
-        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments of the inner ``MeanMetric``.
+        nan_strategy: as :class:`~torchmetrics_diff.{inner}`'s. Default ``"warn"``.
+        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments of the inner ``{inner}``.
 
     Example:
         >>> import torch
-        >>> from torchmetrics_diff.wrappers import RunningMean
-        >>> metric = RunningMean(window=3)
-        >>> for i in range(6):
+        >>> from torchmetrics_diff.wrappers import {name}
+        >>> metric = {name}(window={window})
+        >>> for i in range({updates}):
         ...     _ = metric(torch.tensor([float(i)]))
-        >>> metric.compute()  # the mean of 3, 4 and 5
-        tensor(4.)
+        >>> metric.compute()  # {comment}
+        {value}
     """
 
-    def __init__(self, window: int = 5, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
-        super().__init__(MeanMetric(nan_strategy=nan_strategy, **kwargs), window=window)
+
+class RunningMean(_Aggregation):
+    __doc__ = _doc("The weighted mean", "MeanMetric", 3, 6, "the mean of 3, 4 and 5", "tensor(4.)")
+    _aggregation = MeanMetric
 
 
-class RunningSum(Running):
-    """The sum of the last ``window`` updates: ``Running(SumMetric(...), window)``.
-
-    Args:
-        window: the number of updates kept. Default 5.
-        nan_strategy: as :class:`~torchmetrics_diff.SumMetric`'s. Default ``"warn"``.
-        kwargs: the :class:`~torchmetrics_diff.Metric` keyword arguments of the inner ``SumMetric``.
-
-    Example:
-        >>> import torch
-        >>> from torchmetrics_diff.wrappers import RunningSum
-        >>> metric = RunningSum(window=2)
-        >>> for i in range(4):
-        ...     _ = metric(torch.tensor([float(i)]))
-        >>> metric.compute()  # 2 + 3
-        tensor(5.)
-    """
-
-    def __init__(self, window: int = 5, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
-        super().__init__(SumMetric(nan_strategy=nan_strategy, **kwargs), window=window)
+class RunningSum(_Aggregation):
+    __doc__ = _doc("The sum", "SumMetric", 2, 4, "2 + 3", "tensor(5.)")
+    _aggregation = SumMetric

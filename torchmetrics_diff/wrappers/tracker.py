@@ -10,11 +10,21 @@ from typing import Any, Union, cast
 import torch
 
 from torchmetrics_diff.collections import MetricCollection
+from torchmetrics_diff.functional._docs import shared_docs
 from torchmetrics_diff.metric import Metric
 from torchmetrics_diff.wrappers._base import Member, WrapperMetric
 from torchmetrics_diff.wrappers.classwise import ClasswiseWrapper
 
 Best = Union[float, None, dict[str, Union[float, None]]]
+
+
+#: the ``Args`` and ``Raises`` of ``update`` and ``forward``
+_BATCH = """Args:
+    args: the batch, as the tracked metric's ``update`` takes it.
+    kwargs: the batch's keyword arguments.
+
+Raises:
+    ValueError: before the first :meth:`increment`."""
 
 
 class MetricTracker(WrapperMetric):
@@ -129,28 +139,20 @@ class MetricTracker(WrapperMetric):
         return latest if isinstance(latest, Metric) else None
 
     # ------------------------------------------------------------------- the lifecycle of the latest copy
+    @shared_docs(batch=_BATCH)
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Update the latest copy.
 
-        Args:
-            args: the batch, as the tracked metric's ``update`` takes it.
-            kwargs: the batch's keyword arguments.
-
-        Raises:
-            ValueError: before the first :meth:`increment`.
+        {batch}
         """
         self._check("update")
         super().update(*args, **kwargs)
 
+    @shared_docs(batch=_BATCH)
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The latest copy's ``forward``.
 
-        Args:
-            args: the batch, as the tracked metric's ``update`` takes it.
-            kwargs: the batch's keyword arguments.
-
-        Raises:
-            ValueError: before the first :meth:`increment`.
+        {batch}
         """
         self._check("forward")
         return super().forward(*args, **kwargs)
