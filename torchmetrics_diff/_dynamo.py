@@ -82,7 +82,15 @@ def run_outside_graph(base: type, methods: dict[str, str]) -> None:
 
 def give_own_code(cls: type, names: tuple[str, ...]) -> None:
     """Give ``cls`` its own copy of the code of the inherited methods ``names`` (:func:`own_code`) and of the
-    outside-graph methods of its bases (:func:`run_outside_graph`)."""
+    outside-graph methods of its bases (:func:`run_outside_graph`).
+
+    Called for every metric class when it is created (``Metric.__init_subclass__``), with the lifecycle methods
+    that Dynamo may compile as frames of their own (``Metric._per_class_code``). Why a copy: Dynamo caches
+    compiled frames, and counts its recompile limit, per code object, and such a frame guards on the class of
+    ``self``; sharing one code object, the classes of one compiled step would pile their frames onto it and reach
+    the limit (docs/guide/compile.rst, "Many metric classes in one compiled step"). A copy changes nothing in eager
+    mode: same function, name, file and lines, its own code object.
+    """
     for name in names:
         inherited = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), None)
         if name not in cls.__dict__ and inspect.isfunction(inherited):

@@ -13,6 +13,7 @@ says otherwise). See :doc:`/guide/mixed_precision`.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Callable, Union
 
@@ -22,10 +23,14 @@ from torchmetrics_diff._batch_step import QuietBatchValue
 from torchmetrics_diff.distributed._compile import compiling
 from torchmetrics_diff.distributed._reductions import as_rows
 from torchmetrics_diff.functional._checks import acc_dtype
-from torchmetrics_diff.metric import Metric, dim_zero_cat
+from torchmetrics_diff.metric import _EAGER_STEP, Metric, _tracing, dim_zero_cat
 
 NanStrategy = Union[str, float]
 _NAN_STRATEGIES = ("error", "warn", "ignore", "disable")
+
+# ``acc_dtype`` with its answer kept per dtype (an immutable key), for the code that only runs eagerly: Dynamo would
+# warn about a cached function in traced code, which calls ``acc_dtype`` itself
+_eager_acc_dtype = functools.lru_cache(maxsize=None)(acc_dtype)
 
 
 def _sum(value: torch.Tensor) -> torch.Tensor:
@@ -96,14 +101,15 @@ class BaseAggregator(QuietBatchValue, Metric):
         if self.nan_strategy == "disable":
             return None
         nans = torch.isnan(value) if weight is None else torch.isnan(value) | torch.isnan(weight)
-        if compiling() and (
+        traced = _tracing(self)
+        if traced and (
             isinstance(self.nan_strategy, float)
             or (self.nan_strategy in ("warn", "ignore") and self._neutral is not None)
         ):
             # traced: NaNs replaced whatever the data (_replace_or_drop), no host decision; "warn" drops them as
             # "ignore" does, without the warning (a host read, which traced code never makes)
             return ~nans
-        if not compiling() and self._nans_on_device():
+        if not traced and self._nans_on_device():
             keep = ~nans
             if self.nan_strategy == "warn":
                 self._count_kept(keep.numel(), keep.sum())
@@ -111,7 +117,7 @@ class BaseAggregator(QuietBatchValue, Metric):
         where = "`value`" if weight is None else "`value` or `weight`"
         if self.nan_strategy == "error":
             message = f"{type(self).__name__}: encountered NaN in {where} and nan_strategy='error'"
-            if compiling():  # a device assertion in the graph: no host read, no graph break
+            if traced:  # a device assertion in the graph: no host read, no graph break
                 torch._assert_async(nans.logical_not().all(), message)
             elif bool(nans.any()):
                 raise RuntimeError(message)
@@ -135,6 +141,18 @@ class BaseAggregator(QuietBatchValue, Metric):
             pending[0] += seen
             pending[1].add_(kept)
 
+    def _add_to(self, name: str, total: torch.Tensor) -> None:
+        """``state = state + total`` for the sum state ``name``, eagerly (a new tensor: these updates replace their
+        states). When the state is still the zero default ``forward``'s batch starts from (the default itself, not a
+        copy: ``_replaces_states``) and ``total`` has its dtype and device (those of the sum), the state becomes
+        ``total`` itself: the add of a zero is skipped."""
+        states = self.__dict__
+        state: torch.Tensor = states[name]
+        if state is self._defaults[name] and total.dtype == state.dtype and total.device == state.device:
+            states[name] = total
+        else:
+            states[name] = state + total
+
     def _nan_free_total(self, value: torch.Tensor, counted: bool) -> tuple[torch.Tensor, Any] | None:
         """Eager ``"warn"``/``"ignore"`` of a real tensor: ``(sum of its non-NaN values, how many are not NaN or
         None)``, computed on the device (``"warn"`` counts the NaNs for :meth:`_warn_nans`); ``None`` for the
@@ -143,19 +161,24 @@ class BaseAggregator(QuietBatchValue, Metric):
         ``counted``: the caller needs the number of values kept (a mean's weight).
         """
         strategy = self.nan_strategy
-        if strategy not in ("warn", "ignore") or value.is_complex() or compiling():
+        if strategy not in ("warn", "ignore") or value.is_complex():
             return None
-        kept = (value == value).sum() if counted or strategy == "warn" else None  # (NaN != NaN)
+        if self.__dict__["_in_lifecycle"] is not _EAGER_STEP and compiling():  # (_tracing, inline: forward's path)
+            return None
+        # (NaN != NaN; count_nonzero: the int64 count a sum of the booleans gives, without its cast)
+        kept = (value == value).count_nonzero() if counted or strategy == "warn" else None
         if kept is not None and strategy == "warn":
             self._count_kept(value.numel(), kept)
-        acc = acc_dtype(value.dtype)
+        acc = _eager_acc_dtype(value.dtype)
         return (value.nansum() if acc == value.dtype else value.nansum(dtype=acc)), kept
 
     def _warn_nans(self) -> None:
         """Warn about the NaNs ``"warn"`` dropped since the last report: one host read, at ``compute()`` or
         ``reset()`` (never in ``forward``)."""
         state = self.__dict__
-        if compiling() or state.get("_nans_seen") is None or state.get("_in_batch_value"):
+        if state["_in_lifecycle"] is not _EAGER_STEP and compiling():  # (_tracing, inline: forward's path)
+            return
+        if state.get("_nans_seen") is None or state.get("_in_batch_value"):
             return
         seen, kept = state.pop("_nans_seen")
         count = seen - int(kept)
@@ -198,7 +221,7 @@ class BaseAggregator(QuietBatchValue, Metric):
         """Its NaNs replaced by the ``nan_strategy`` float, or the entries not kept dropped."""
         if isinstance(self.nan_strategy, float):
             return torch.where(torch.isnan(value), torch.full_like(value, self.nan_strategy), value)
-        if self._neutral is not None and (not compiling() or self.nan_strategy in ("warn", "ignore")):
+        if self._neutral is not None and (self.nan_strategy in ("warn", "ignore") or not _tracing(self)):
             # a NaN counts as the neutral element (traced "ignore"; eager "warn" and "ignore"): no data-dependent shape
             return torch.where(keep, value, torch.full_like(value, self._neutral))
         return value[keep]
@@ -235,6 +258,7 @@ class SumMetric(BaseAggregator):
     """
 
     _neutral = 0.0
+    _replaces_states = True  # (update assigns a new sum: forward may start from the default itself)
     sum_value: torch.Tensor
 
     def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
@@ -253,9 +277,9 @@ class SumMetric(BaseAggregator):
         value = self._as_tensor(value)
         fast = self._nan_free_total(value, counted=False)
         if fast is not None:  # NaNs left out on the device
-            self.sum_value = self.sum_value + fast[0]
+            self._add_to("sum_value", fast[0])
             return
-        total = None if compiling() else self._nan_free_sum(value)
+        total = None if _tracing(self) else self._nan_free_sum(value)
         self.sum_value = self.sum_value + (total if total is not None else _sum(self._clean(value)))
 
 
@@ -263,6 +287,7 @@ class _Extremum(BaseAggregator):
     """Running max or min; the gradient goes to the element(s) holding it."""
 
     _op: str  # "max" or "min"
+    _replaces_states = True  # (update assigns a new extremum: forward may start from the default itself)
 
     def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
         start = float("-inf") if self._op == "max" else float("inf")
@@ -374,6 +399,7 @@ class CatMetric(BaseAggregator):
         torch.Size([3, 3])
     """
 
+    _replaces_states = True  # (a list state: a batch starts from a fresh list anyway)
     value: list[torch.Tensor]
 
     def __init__(self, nan_strategy: NanStrategy = "warn", **kwargs: Any) -> None:
@@ -457,6 +483,7 @@ class MeanMetric(BaseAggregator):
     """
 
     _neutral = 0.0  # with weight 0
+    _replaces_states = True  # (update assigns new sums: forward may start from the defaults themselves)
     mean_value: torch.Tensor
     weight: torch.Tensor
 
@@ -477,18 +504,23 @@ class MeanMetric(BaseAggregator):
             RuntimeError: a NaN with ``nan_strategy="error"``.
             ValueError: ``weight`` cannot be broadcast to ``value``.
         """
-        value = self._as_tensor(value)
+        if not (isinstance(value, torch.Tensor) and value.is_floating_point()):  # (a floating tensor is kept as it is)
+            value = self._as_tensor(value)
         scalar = isinstance(weight, (int, float)) and not isinstance(weight, bool)
-        traced_ignore = self.nan_strategy == "ignore" and compiling()  # NaNs get weight 0: the weighted path
+        traced_ignore = self.nan_strategy == "ignore" and _tracing(self)  # NaNs get weight 0: the weighted path
         # the common case: a finite scalar weight, no weight tensor (NaN != NaN)
         if scalar and weight == weight and not traced_ignore:
             fast = self._nan_free_total(value, counted=True)
             if fast is not None:  # NaNs left out on the device: the weight counts the values kept
                 nan_free, kept = fast
-                self.mean_value = self.mean_value + (nan_free if weight == 1 else nan_free * weight)
-                self.weight = self.weight + (kept if weight == 1 else kept * weight)
+                if weight == 1:
+                    self._add_to("mean_value", nan_free)
+                    self.weight = self.weight + kept  # (an int64 count: the add gives the state's floating dtype)
+                else:
+                    self._add_to("mean_value", nan_free * weight)
+                    self._add_to("weight", kept * weight)
                 return
-            total = None if compiling() else self._nan_free_sum(value)
+            total = None if _tracing(self) else self._nan_free_sum(value)
             count: Any = value.numel()
             if total is None:
                 keep = self._nan_mask(value)
@@ -513,7 +545,7 @@ class MeanMetric(BaseAggregator):
         if keep is not None:
             if isinstance(self.nan_strategy, float):  # NaNs of both replaced by the float
                 value, weight = self._replace_or_drop(value, keep), self._replace_or_drop(weight, keep)
-            elif traced_ignore or (not compiling() and self._nans_on_device()):  # weight 0 for NaNs, on the device
+            elif traced_ignore or (not _tracing(self) and self._nans_on_device()):  # weight 0 for NaNs, on the device
                 value, weight = torch.where(keep, value, 0.0), torch.where(keep, weight, 0.0)
             else:
                 value, weight = value[keep], weight[keep]

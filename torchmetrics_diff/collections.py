@@ -22,7 +22,7 @@ from torchmetrics_diff._collection_views import (
     register_views_with_torchmetrics,
 )
 from torchmetrics_diff._dynamo import run_outside_graph, steps_outside_graph
-from torchmetrics_diff._metric_sync import sync_metric_states
+from torchmetrics_diff._state_sync import sync_metric_states
 from torchmetrics_diff._tensors import detach
 from torchmetrics_diff.distributed._backend import Group
 from torchmetrics_diff.distributed._compile import compiling

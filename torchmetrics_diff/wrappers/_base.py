@@ -3,7 +3,7 @@
 A wrapper holds inner metrics (its *members*: metrics, other wrappers, or collections) and adds logic on top
 (copies per bootstrap, a window of updates, a copy per epoch, a value reshaped into a dict). Syncing each member
 on its own would cost a collective per member; instead the wrapper presents every member's states under one
-flat namespace (``"<member key>.<state>"``) and one :class:`~torchmetrics_diff._metric_sync.SyncSpec`, so that
+flat namespace (``"<member key>.<state>"``) and one :class:`~torchmetrics_diff._state_sync.SyncSpec`, so that
 its own ``compute`` and ``forward``, and a :class:`~torchmetrics_diff.MetricCollection` holding it, hand all of
 them to the sync engine in one call: the steady state is one collective, however many members there are.
 
@@ -24,7 +24,7 @@ from typing import Any, Callable, Union, cast
 import torch
 
 from torchmetrics_diff._batch_step import BatchStep
-from torchmetrics_diff._metric_sync import SyncSpec, sync_metric_states
+from torchmetrics_diff._state_sync import SyncSpec, sync_metric_states
 from torchmetrics_diff._tensors import detach
 from torchmetrics_diff.collections import MetricCollection
 from torchmetrics_diff.distributed._backend import Group

@@ -21,10 +21,8 @@ import torch.distributed as dist
 
 from tests._helpers.checks import tensor_devices
 from tests._helpers.harness import run_distributed
-from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric
-from torchmetrics_diff import _state_sync as _metric_sync  # (the engine-facing sync; its group_size is patched)
+from torchmetrics_diff import CatMetric, MeanMetric, Metric, MetricCollection, SumMetric, _state_sync
 from torchmetrics_diff import collections as collections_module
-from torchmetrics_diff import metric as _metric_syncing  # (Metric._distributed_available reads group_size there)
 from torchmetrics_diff import metric as metric_module
 from torchmetrics_diff._global import contrastive as _contrastive
 from torchmetrics_diff._global import strategy as _strategy
@@ -152,7 +150,7 @@ def _first_collective_device(monkeypatch: pytest.MonkeyPatch, call: Any) -> str:
         seen.append(str(inp.device))
         raise _Sentinel
 
-    modules = (metric_module, _metric_syncing, collections_module, _metric_sync, _sync, _rows, _layout, _collectives)
+    modules = (metric_module, collections_module, _state_sync, _sync, _rows, _layout, _collectives)
     modules += (_contrastive, _strategy, _call)
     # no process group here: the call header's group state is made up, and its exchange is the fake gather too
     state = GroupState(lambda: None, 2, 0)

@@ -1,9 +1,13 @@
 """Syncing the states of one or several metrics: what a metric hands the sync engine, and what comes back.
 
-The engine (:func:`~torchmetrics_diff.distributed._sync.sync_states`) knows tensors, not metrics. This module
-sits between: a metric describes itself as a :class:`SyncSpec` (plain data), :func:`sync_metric_states` syncs the
-states of any number of such metrics in one engine call (the same buckets, so a ``MetricCollection`` costs what
-one metric with all those states costs), and :func:`gather_each` is the slow path for a user-provided gather.
+The engine (:func:`~torchmetrics_diff.distributed._sync.sync_states`) knows tensors, not metrics; a
+:class:`~torchmetrics_diff.Metric` knows its states, not collectives. This module is the boundary, as plain
+functions over plain data: a metric describes itself as a :class:`SyncSpec` (``Metric._sync_spec``),
+:func:`sync_metric_states` syncs the states of any number of such metrics in one engine call (the same buckets, so
+a ``MetricCollection`` or a wrapper costs what one metric with all those states costs), and :func:`gather_each` is
+the slow path for a user-provided gather. ``Metric.sync``, ``Metric.forward`` (with ``dist_sync_on_step``), a
+collection's ``forward`` and ``compute`` and the wrappers call it; the bytes move in
+``torchmetrics_diff.distributed``.
 """
 
 from __future__ import annotations
