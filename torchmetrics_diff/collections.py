@@ -24,6 +24,7 @@ from torchmetrics_diff._collection_views import (
 from torchmetrics_diff._dynamo import run_outside_graph, steps_outside_graph
 from torchmetrics_diff._state_sync import sync_metric_states
 from torchmetrics_diff._tensors import detach
+from torchmetrics_diff._torchmetrics import is_torchmetrics_metric
 from torchmetrics_diff.distributed._backend import Group
 from torchmetrics_diff.distributed._compile import compiling
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync
@@ -165,7 +166,9 @@ class MetricCollection(nn.ModuleDict):
             elif isinstance(m, Metric):
                 out.append((name if name is not None else type(m).__name__, m, ("", "")))
             else:
-                raise ValueError(f"every member must be a Metric or a MetricCollection; got {type(m).__name__}")
+                raise ValueError(
+                    f"every member must be a Metric or a MetricCollection; got {type(m).__name__}{_hint(m)}"
+                )
         return out
 
     @property
@@ -321,7 +324,7 @@ class MetricCollection(nn.ModuleDict):
 
     def __setitem__(self, key: str, metric: Metric) -> None:  # type: ignore[override]
         if not isinstance(metric, Metric):
-            raise ValueError(f"every member must be a Metric; got {type(metric).__name__} for {key!r}")
+            raise ValueError(f"every member must be a Metric; got {type(metric).__name__} for {key!r}{_hint(metric)}")
         self.add_metrics({key: metric})
 
     def _leaders(self) -> dict[str, Metric]:
@@ -593,3 +596,13 @@ class MetricCollection(nn.ModuleDict):
 
 # Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each.
 run_outside_graph(MetricCollection, {"_outside_forward": "forward", "_outside_compute": "compute"})
+
+
+def _hint(member: object) -> str:
+    """What to do with a member that is not ours: a torchmetrics metric joins wrapped in the adapter."""
+    if is_torchmetrics_metric(member):
+        return (
+            " (a torchmetrics metric: wrap it as `Synced(metric)`, from torchmetrics_diff.wrappers, and it syncs "
+            "through this package; see the torchmetrics adapter guide)"
+        )
+    return ""
