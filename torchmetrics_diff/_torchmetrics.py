@@ -60,3 +60,13 @@ def is_torchmetrics_metric(obj: Any) -> bool:
     """Whether ``obj`` is a ``torchmetrics.Metric`` (ours included, once registered); ``False`` without torchmetrics."""
     base = getattr(sys.modules.get("torchmetrics"), "Metric", None)
     return base is not None and isinstance(obj, base)
+
+
+def synced_hint(member: object) -> str:
+    """What to do with a container member that is not ours: a torchmetrics metric joins wrapped in the adapter."""
+    if is_torchmetrics_metric(member):
+        return (
+            " (a torchmetrics metric: wrap it as `Synced(metric)`, from torchmetrics_diff.wrappers, and it syncs "
+            "through this package; see the torchmetrics adapter guide)"
+        )
+    return ""

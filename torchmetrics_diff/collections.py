@@ -24,7 +24,7 @@ from torchmetrics_diff._collection_views import (
 from torchmetrics_diff._dynamo import run_outside_graph, steps_outside_graph
 from torchmetrics_diff._state_sync import sync_metric_states
 from torchmetrics_diff._tensors import detach
-from torchmetrics_diff._torchmetrics import is_torchmetrics_metric
+from torchmetrics_diff._torchmetrics import synced_hint
 from torchmetrics_diff.distributed._backend import Group
 from torchmetrics_diff.distributed._compile import compiling
 from torchmetrics_diff.distributed._sync import SyncPlan, fail_sync
@@ -167,7 +167,7 @@ class MetricCollection(nn.ModuleDict):
                 out.append((name if name is not None else type(m).__name__, m, ("", "")))
             else:
                 raise ValueError(
-                    f"every member must be a Metric or a MetricCollection; got {type(m).__name__}{_hint(m)}"
+                    f"every member must be a Metric or a MetricCollection; got {type(m).__name__}{synced_hint(m)}"
                 )
         return out
 
@@ -324,7 +324,8 @@ class MetricCollection(nn.ModuleDict):
 
     def __setitem__(self, key: str, metric: Metric) -> None:  # type: ignore[override]
         if not isinstance(metric, Metric):
-            raise ValueError(f"every member must be a Metric; got {type(metric).__name__} for {key!r}{_hint(metric)}")
+            hint = synced_hint(metric)
+            raise ValueError(f"every member must be a Metric; got {type(metric).__name__} for {key!r}{hint}")
         self.add_metrics({key: metric})
 
     def _leaders(self) -> dict[str, Metric]:
@@ -596,13 +597,3 @@ class MetricCollection(nn.ModuleDict):
 
 # Under torch.compile with more than one rank, forward and compute run eagerly behind one graph break each.
 run_outside_graph(MetricCollection, {"_outside_forward": "forward", "_outside_compute": "compute"})
-
-
-def _hint(member: object) -> str:
-    """What to do with a member that is not ours: a torchmetrics metric joins wrapped in the adapter."""
-    if is_torchmetrics_metric(member):
-        return (
-            " (a torchmetrics metric: wrap it as `Synced(metric)`, from torchmetrics_diff.wrappers, and it syncs "
-            "through this package; see the torchmetrics adapter guide)"
-        )
-    return ""
