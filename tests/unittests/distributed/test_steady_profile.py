@@ -25,8 +25,6 @@ MAX_FILES = 14  # d2c2c41 ran code in 15 package files
 
 
 def _profile(rank: int, world: int) -> dict[str, Any]:
-    import sys
-
     import torch
 
     from torchmetrics_diff import MeanMetric
@@ -34,9 +32,17 @@ def _profile(rank: int, world: int) -> dict[str, Any]:
 
     # the wait polls (C calls only) until its collective completes: never the slow path past the poll bound, whose
     # Python calls (the board's watch, a threading.Event) depend on the machine's load, not on the sync's path
-    _backend._POLL_S = 60.0
+    # (restored below: the pool's workers run later tasks, whose waits must not spin for a minute)
+    poll, _backend._POLL_S = _backend._POLL_S, 60.0
+    try:
+        return _profile_steady(MeanMetric(), torch.randn(64))
+    finally:
+        _backend._POLL_S = poll
 
-    metric, x = MeanMetric(), torch.randn(64)
+
+def _profile_steady(metric: Any, x: Any) -> dict[str, Any]:
+    import sys
+
     for _ in range(5):  # the plan agreed, the fingerprint steady
         metric.update(x)
         metric.compute()
