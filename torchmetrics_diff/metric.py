@@ -551,7 +551,10 @@ class Metric(nn.Module):
         traced = compiling()
         if traced and self._compute_syncs():
             return self._outside_compute(self, raw)  # the sync runs inside a context manager: one break around it all
-        if not traced and self._update_count == 0:  # (traced: the count is a tensor; no data-dependent branch)
+        # (traced: the count is a tensor; no data-dependent branch.) Only a local value warns: a synced one is every
+        # rank's, so a rank without an update gets the global value (decisions page). The sync is asked about only
+        # before any update: the steady path reads the count and nothing else.
+        if not traced and self._update_count == 0 and self._synced_cache is None and not self._syncs_states():
             warnings.warn(
                 f"{type(self).__name__}.compute() was called before update(); the value is that of the default states",
                 UserWarning,
@@ -867,6 +870,10 @@ class Metric(nn.Module):
     def _compute_syncs(self) -> bool:
         """Whether :meth:`compute` syncs across ranks (then, under ``torch.compile``, it runs eagerly)."""
         return self.sync_on_compute and self._distributed_available()
+
+    def _syncs_states(self) -> bool:
+        """Whether :meth:`compute` would replace the states by synced ones (it has states, and syncs)."""
+        return bool(self._defaults) and self._compute_syncs()
 
     def _joins_compute_sync(self) -> bool:
         """Whether :meth:`compute` would sync through the engine now, so a collection may sync it with others."""

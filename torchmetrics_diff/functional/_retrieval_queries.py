@@ -132,7 +132,8 @@ def check_query_inputs(
     preds: Any, target: Any, indexes: Any, binary: bool = True, ignore_index: int | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Validated, flattened ``preds``, ``target`` and ``indexes``, the rows whose target is ``ignore_index``
-    dropped.
+    dropped. A batch without rows, or with none left, is valid: its three tensors come back empty (an empty rank's
+    batch adds nothing; torchmetrics refuses it).
 
     Args:
         preds: the documents' scores, floating, any shape.
@@ -143,8 +144,8 @@ def check_query_inputs(
         ignore_index: a target value whose rows are dropped, or ``None``.
 
     Raises:
-        ValueError: ``indexes`` missing, tensors of different shapes, ``indexes`` not int64, no row left, a
-            ``target`` or ``preds`` of the wrong dtype, or a non-binary ``target`` where ``binary``.
+        ValueError: ``indexes`` missing, tensors of different shapes, ``indexes`` not int64, a ``target`` or
+            ``preds`` of the wrong dtype, or a non-binary ``target`` where ``binary``.
     """
     if indexes is None:
         raise ValueError("`indexes` must be a tensor of query ids (int64); got None")
@@ -162,11 +163,7 @@ def check_query_inputs(
     if ignore_index is not None:
         keep = target != ignore_index
         preds, target, indexes = preds[keep], target[keep], indexes[keep]
-    if not preds.numel():
-        raise ValueError(
-            "`preds`, `target` and `indexes` must hold at least one row"
-            + (f" whose target is not `ignore_index`={ignore_index}" if ignore_index is not None else "")
-        )
+    # no row (or none left after ``ignore_index``) is a valid batch: an empty rank's, which adds nothing
     _check_types(preds, target, binary)
     return preds, target, indexes
 

@@ -53,10 +53,9 @@ _RAISES = """
 
     Raises:
         ValueError: a bad argument (naming it); in ``update``, missing ``indexes``, tensors of different shapes,
-            ``indexes`` not int64, no row left after ``ignore_index``, ``preds`` not floating, a ``target`` of
-            another dtype than bool, int32/int64 or floating{binary}; in ``compute``, with
-            ``empty_target_action="error"``, a query without a {kind} document, or a NaN score with
-            ``nan_strategy="error"``."""
+            ``indexes`` not int64, ``preds`` not floating, a ``target`` of another dtype than bool, int32/int64 or
+            floating{binary}; in ``compute``, with ``empty_target_action="error"``, a query without a {kind}
+            document, or a NaN score with ``nan_strategy="error"``."""
 _STATES = """
 
     ``preds`` are stored in the metric's dtype (float32 by default, as torchmetrics; float64 after
@@ -117,7 +116,8 @@ class _QueryRetrieval(QuietBatchValue, Metric):
         self.add_state("target", [], dist_reduce_fx="cat")
 
     def update(self, preds: Tensor, target: Tensor, indexes: Tensor) -> None:
-        """Append a batch of scored documents.
+        """Append a batch of scored documents. A batch without rows (or with none left after ``ignore_index``)
+        adds none: an empty rank's batch is valid (torchmetrics refuses it).
 
         Args:
             preds: the documents' scores, floating, any shape.
@@ -127,8 +127,8 @@ class _QueryRetrieval(QuietBatchValue, Metric):
                 arrive in several batches and on several ranks.
 
         Raises:
-            ValueError: missing ``indexes``, tensors of different shapes, ``indexes`` not int64, no row left after
-                ``ignore_index``, or a ``preds``/``target`` of the wrong dtype or values.
+            ValueError: missing ``indexes``, tensors of different shapes, ``indexes`` not int64, or a
+                ``preds``/``target`` of the wrong dtype or values.
         """
         preds, target, indexes = _checked_rows(
             preds, target, indexes, binary=self._binary_target, ignore_index=self.ignore_index

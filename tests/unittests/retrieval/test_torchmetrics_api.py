@@ -377,7 +377,6 @@ BAD_BATCHES: list[tuple[str, tuple[Any, ...], str]] = [
     ("preds int", (_T, _T, _I), "`preds` must be a floating tensor"),
     ("target 2", (_P, torch.tensor([1, 2, 0]), _I), "`target` must be binary"),
     ("target -1", (_P, torch.tensor([1, -1, 0]), _I), "`target` must be binary"),
-    ("empty", (_P[:0], _T[:0], _I[:0]), "at least one row"),
 ]
 
 
@@ -394,11 +393,26 @@ def test_bad_batches_raise_value_error_as_torchmetrics(name: str, what: str, bat
     assert not metric.preds  # nothing appended
 
 
-def test_every_row_ignored_raises_naming_ignore_index() -> None:
+def test_a_batch_without_rows_adds_none_where_torchmetrics_raises() -> None:
+    """An empty batch, or one whose every row is ``ignore_index``, is an empty rank's batch: it adds no row (and
+    no warning), where torchmetrics raises a ``ValueError``."""
+    all_ignored = (_P, torch.ones(3, dtype=torch.int64), _I)
     with pytest.raises(ValueError):
-        tm_retrieval.RetrievalMAP(ignore_index=1).update(_P, torch.ones(3, dtype=torch.int64), _I)
-    with pytest.raises(ValueError, match="ignore_index"):
-        ours.RetrievalMAP(ignore_index=1).update(_P, torch.ones(3, dtype=torch.int64), _I)
+        tm_retrieval.RetrievalMAP().update(_P[:0], _T[:0], _I[:0])
+    with pytest.raises(ValueError):
+        tm_retrieval.RetrievalMAP(ignore_index=1).update(*all_ignored)
+    for metric, batch in (
+        (ours.RetrievalMAP(), (_P[:0], _T[:0], _I[:0])),
+        (ours.RetrievalMAP(ignore_index=1), all_ignored),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            metric.update(*batch)
+        assert sum(p.numel() for p in metric.preds) == 0
+        metric.update(_P, _T, _I)
+        expected = tm_retrieval.RetrievalMAP(ignore_index=metric.ignore_index)
+        expected.update(_P, _T, _I)
+        torch.testing.assert_close(metric.compute(), expected.compute(), atol=ATOL, rtol=0)
 
 
 def test_soft_target_is_refused_where_binary_is_required() -> None:
