@@ -6,13 +6,14 @@ from typing import Any
 
 import torch
 
+from torchmetrics_diff._torchmetrics import synced_hint
 from torchmetrics_diff.metric import Metric
 from torchmetrics_diff.wrappers._base import Member, WrapperMetric
 
 
 def _check_metric(value: Any, name: str) -> Metric:
     if not isinstance(value, Metric):
-        raise ValueError(f"`{name}` must be a torchmetrics_diff Metric; got {type(value).__name__}")
+        raise ValueError(f"`{name}` must be a torchmetrics_diff Metric; got {type(value).__name__}{synced_hint(value)}")
     return value
 
 

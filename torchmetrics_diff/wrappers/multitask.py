@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import nn
 
+from torchmetrics_diff._torchmetrics import synced_hint
 from torchmetrics_diff.collections import MetricCollection
 from torchmetrics_diff.functional._docs import shared_docs
 from torchmetrics_diff.metric import Metric
@@ -67,6 +68,7 @@ class MultitaskWrapper(WrapperMetric):
             if not isinstance(metric, (Metric, MetricCollection)):
                 raise TypeError(
                     f"`task_metrics[{task!r}]` must be a Metric or a MetricCollection; got {type(metric).__name__}"
+                    f"{synced_hint(metric)}"
                 )
         for name, value in (("prefix", prefix), ("postfix", postfix)):
             if value is not None and not isinstance(value, str):

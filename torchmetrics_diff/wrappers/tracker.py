@@ -9,6 +9,7 @@ from typing import Any, Union, cast
 
 import torch
 
+from torchmetrics_diff._torchmetrics import synced_hint
 from torchmetrics_diff.collections import MetricCollection
 from torchmetrics_diff.functional._docs import shared_docs
 from torchmetrics_diff.metric import Metric
@@ -63,7 +64,9 @@ class MetricTracker(WrapperMetric):
     def __init__(self, metric: Metric | MetricCollection, maximize: bool | list[bool] | None = None) -> None:
         super().__init__()
         if not isinstance(metric, (Metric, MetricCollection)):
-            raise TypeError(f"`metric` must be a Metric or a MetricCollection; got {type(metric).__name__}")
+            raise TypeError(
+                f"`metric` must be a Metric or a MetricCollection; got {type(metric).__name__}{synced_hint(metric)}"
+            )
         self._base_metric = metric
         self.maximize = self._maximize(metric, maximize)
         self._increment_called = False
