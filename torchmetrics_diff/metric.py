@@ -232,6 +232,10 @@ class Metric(nn.Module):
     plot_lower_bound: ClassVar[float | None] = None
     plot_upper_bound: ClassVar[float | None] = None
     plot_legend_name: ClassVar[str | None] = None
+    #: tensor attributes besides the states that ``state_dict`` always holds, whatever :meth:`persistent` says (a
+    #: wrapper's record of past values, e.g. ``MinMaxMetric``'s bounds); a state dict without one loads too, the
+    #: attribute keeping its value
+    _saved_attributes: ClassVar[tuple[str, ...]] = ()
 
     _raw_update: ClassVar[Callable[..., Any]]
     _raw_compute: ClassVar[Callable[..., Any]]
@@ -1031,6 +1035,9 @@ class Metric(nn.Module):
                 destination[prefix + name] = detach(value) if not keep_vars else value
                 if isinstance(value, list):
                     destination[prefix + name] = list(destination[prefix + name])
+        for name in self._saved_attributes:
+            value = getattr(self, name)
+            destination[prefix + name] = value if keep_vars else value.detach()
 
     def _load_from_state_dict(
         self,
@@ -1051,6 +1058,15 @@ class Metric(nn.Module):
                 setattr(self, name, copy if copy is not None else value.detach().clone().to(self._device))
             elif self._persistent[name] and strict:
                 missing_keys.append(key)
+        for name in self._saved_attributes:
+            value, mine = state_dict.pop(prefix + name, None), getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, torch.Tensor) or value.numel() != mine.numel():
+                want = "a one-element tensor" if mine.numel() == 1 else f"a tensor of {mine.numel()} elements"
+                error_msgs.append(f"{prefix + name}: expected {want}; got {value!r}")
+                continue
+            setattr(self, name, value.detach().clone().reshape(mine.shape).to(self._device))
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )

@@ -118,41 +118,11 @@ class MinMaxMetric(WrapperMetric):
     def _restore_extra(self, extra: Any) -> None:
         self.min_val, self.max_val = extra
 
-    # ------------------------------------------------------------------- the bounds in state_dict
     # min_val and max_val are saved whatever `persistent` says (torchmetrics' main branch saves them too): they are
     # the wrapper's record of past values, which a checkpoint would otherwise lose. The inner metric's states follow
-    # `persistent` as any metric's.
-    _BOUNDS = ("min_val", "max_val")
-
-    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        for name in self._BOUNDS:
-            value = getattr(self, name)
-            destination[prefix + name] = value if keep_vars else value.detach()
-
-    def _load_from_state_dict(
-        self,
-        state_dict: dict,
-        prefix: str,
-        local_metadata: dict,
-        strict: bool,
-        missing_keys: list,
-        unexpected_keys: list,
-        error_msgs: list,
-    ) -> None:
-        # a state dict saved before the bounds were (no min_val / max_val) loads too, strict or not: the bounds then
-        # keep their values (inf and -inf in a new wrapper) and restart from the next value
-        for name in self._BOUNDS:
-            value = state_dict.pop(prefix + name, None)
-            if value is None:
-                continue
-            if not isinstance(value, torch.Tensor) or value.numel() != 1:
-                error_msgs.append(f"{prefix + name}: expected a one-element tensor; got {value!r}")
-                continue
-            setattr(self, name, value.detach().clone().reshape(()).to(self._device))
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+    # `persistent` as any metric's. A state dict saved before the bounds were (no min_val / max_val) loads too,
+    # strict or not: the bounds then keep their values (inf and -inf in a new wrapper) and restart from the next value.
+    _saved_attributes = ("min_val", "max_val")
 
     def reset(self) -> None:
         """Reset the inner metric and the bounds (to ``inf`` and ``-inf``)."""
