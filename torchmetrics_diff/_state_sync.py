@@ -34,6 +34,20 @@ Reduction = Union[str, Callable, None]
 _ROWS = ":rows"  # suffix of the row-count companion of a list state with a callable reduction
 
 
+class ItemReduction:
+    """The reduction of a list state that receives the items themselves rather than each rank's rows.
+
+    Called with one list per rank (in rank order) of the tensors that rank's list holds, each with the shape it
+    was appended with (a 0-d item stays 0-d); what it returns becomes the synced state as it is. The items travel
+    as the rows of a ``cat`` state, their row counts in a companion of the same collective. Subclasses define
+    ``__call__``; the torchmetrics adapter rebuilds torchmetrics' own sync of such states with it.
+    """
+
+    def __call__(self, ranks: list[list[torch.Tensor]]) -> Any:
+        """The synced state from every rank's items (``ranks[r]`` holds rank ``r``'s)."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class SyncSpec:
     """What the sync needs to know about one metric.
@@ -113,6 +127,31 @@ def _rows_of(value: list) -> int:
     return sum(1 if t.ndim == 0 else t.shape[0] for t in value)
 
 
+def _counts(value: list, fx: Any) -> list[int]:
+    """What the row-count companion of a callable list state carries for one rank: its rows, or for an
+    :class:`ItemReduction` its number of items and each item's rows (-1 for a 0-d item)."""
+    if isinstance(fx, ItemReduction):
+        return [len(value), *(-1 if t.ndim == 0 else t.shape[0] for t in value)]
+    return [_rows_of(value)]
+
+
+def _items(rows: torch.Tensor | None, counts: list[int]) -> list[list[torch.Tensor]]:
+    """Every rank's items, cut from the concatenated ``rows`` by every rank's :func:`_counts`, concatenated."""
+    out: list[list[torch.Tensor]] = []
+    at = offset = 0
+    while at < len(counts):
+        sizes = counts[at + 1 : at + 1 + counts[at]]
+        at += 1 + counts[at]
+        spans = [1 if n < 0 else n for n in sizes]
+        if rows is None or not spans:
+            out.append([])
+            continue
+        pieces = torch.split(rows[offset : offset + sum(spans)], spans)
+        out.append([p.reshape(()) if n < 0 else p for p, n in zip(pieces, sizes)])
+        offset += sum(spans)
+    return out
+
+
 def _as_cat(spec: SyncSpec) -> SyncSpec:
     """``spec`` with its callable list reductions read as ``cat``, each with a ``cat`` row-count companion."""
     reductions = dict(spec.reductions)
@@ -129,7 +168,8 @@ def _sync_callable_lists(
 
     torchmetrics hands such a callable the list of every rank's rows (one tensor per rank), so
     ``dist_reduce_fx=torch.cat`` works. Those states travel as ``cat`` states with a companion ``cat`` state of
-    their row count (in the same collective), and are split by rank before the callable runs.
+    their row count (in the same collective), and are split by rank before the callable runs; an
+    :class:`ItemReduction` gets every rank's items instead (the companion then counts each item's rows).
     """
     sent_specs: dict[str, SyncSpec] = {}
     sent: dict[str, dict[str, Any]] = {}
@@ -137,7 +177,8 @@ def _sync_callable_lists(
         own = dict(states[key])
         for name in spec.callable_lists:
             if name in own:
-                own[name + _ROWS] = torch.tensor([_rows_of(own[name])], dtype=torch.int64, device=spec.device)
+                counts = _counts(own[name], spec.reductions[name])
+                own[name + _ROWS] = torch.tensor(counts, dtype=torch.int64, device=spec.device)
         sent_specs[key] = _as_cat(spec) if spec.callable_lists else spec
         sent[key] = own
     synced = sync_metric_states(sent_specs, sent, group, plan, grad, call)
@@ -148,12 +189,16 @@ def _sync_callable_lists(
                 continue
             counts = values.pop(name + _ROWS)
             rows = values[name]
+            fx = spec.reductions[name]
+            if isinstance(fx, ItemReduction):  # (a list: empty on every rank, or their rows in one tensor)
+                values[name] = fx(_items(rows[0] if rows else None, counts.tolist()))
+                continue
             if isinstance(rows, list):
                 if not rows:  # empty on every rank: nothing to reduce, as torchmetrics leaves it
                     continue
                 rows = rows[0]
-            fx = cast("Callable[[Any], Any]", spec.reductions[name])  # (a callable list state's reduction)
-            values[name] = [fx(list(torch.split(rows, counts.tolist())))]
+            fn = cast("Callable[[Any], Any]", fx)  # (a callable list state's reduction)
+            values[name] = [fn(list(torch.split(rows, counts.tolist())))]
     return synced
 
 
@@ -191,6 +236,11 @@ def _gather_each(spec: SyncSpec, states: dict[str, Any], gather: Callable, group
             value = cat_rows(value)
             value = value if value is not None else torch.zeros(0, device=spec.device)
         pieces = gather(value, group=group)
+        if isinstance(fx, ItemReduction):  # every rank's items, cut by every rank's counts (a second gather)
+            mine = torch.tensor(_counts(states[name], fx), dtype=torch.int64, device=value.device)
+            counts = [c.tolist() for c in gather(mine, group=group)]
+            out[name] = fx([_items(p, c)[0] for p, c in zip(pieces, counts)])
+            continue
         if name in spec.callable_lists:  # a list state's callable gets every rank's rows, one tensor each
             out[name] = [cast("Callable[[Any], Any]", fx)(list(pieces))]
             continue

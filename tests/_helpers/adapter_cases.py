@@ -112,9 +112,7 @@ def _label_rows(n: int, tag: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 _ALL: dict[str, AdapterCase] = {
-    "SSIM": AdapterCase(
-        "image", "image.StructuralSimilarityIndexMeasure", {"data_range": 1.0}, _images, empty_update=False
-    ),
+    "SSIM": AdapterCase("image", "image.StructuralSimilarityIndexMeasure", {"data_range": 1.0}, _images),
     "PSNR": AdapterCase("image", "image.PeakSignalNoiseRatio", {"data_range": 1.0}, _images),
     "SI-SDR": AdapterCase("audio", "audio.ScaleInvariantSignalDistortionRatio", {}, _signals),
     "SNR": AdapterCase("audio", "audio.SignalNoiseRatio", {}, _signals),

@@ -12,10 +12,12 @@ See :doc:`/guide/torchmetrics_adapter`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, cast
 
 import torch
 
+from torchmetrics_diff._state_sync import ItemReduction
 from torchmetrics_diff.metric import Metric
 
 #: the torchmetrics releases whose ``Metric`` internals (``_defaults``, ``_reductions``, ``_persistent``, the
@@ -115,14 +117,57 @@ def _overrides(base: type, cls: type, name: str) -> bool:
     return mine is not None and mine is not getattr(base, name, None)
 
 
-def _reduction(tm: Any, fx: Any) -> str | Callable | None:
-    """Our name for a torchmetrics ``dist_reduce_fx`` (its ``dim_zero_*`` functions, compared by identity); any
-    other callable is kept as it is (the slower gather path), ``None`` stays ``None``."""
+@dataclass(frozen=True)
+class _GatheredItems(ItemReduction):
+    """A torchmetrics list state whose ``dist_reduce_fx`` is not ``dim_zero_cat`` (``None`` or a callable), synced
+    as torchmetrics' own sync leaves it.
+
+    torchmetrics gathers such a list item by item: every rank's first item (in rank order), then every rank's
+    second, and so on, each with its own shape; ``None`` keeps that list, a callable receives it and its result
+    is the state. No item on any rank leaves the empty list (torchmetrics reduces nothing then).
+    """
+
+    fx: Callable | None
+
+    def __call__(self, ranks: list[list[torch.Tensor]]) -> Any:
+        depth = max((len(items) for items in ranks), default=0)
+        gathered = [items[i] for i in range(depth) for items in ranks if i < len(items)]
+        return gathered if self.fx is None or not gathered else self.fx(gathered)
+
+
+def _reduction(tm: Any, fx: Any, listed: bool = False) -> str | Callable | None:
+    """Our reduction for a torchmetrics ``dist_reduce_fx`` (its ``dim_zero_*`` functions compared by identity).
+
+    A tensor state's ``dim_zero_*`` becomes its name, any other callable is kept as it is (the slower gather path)
+    and ``None`` stays ``None``. A list state (``listed``) with ``dim_zero_cat`` is ``"cat"``; with anything else
+    it syncs item by item, as torchmetrics gathers it (:class:`_GatheredItems`).
+    """
     data = tm.utilities.data
+    if listed:
+        return "cat" if fx is data.dim_zero_cat else _GatheredItems(fx)
     for name in ("sum", "mean", "cat", "max", "min"):
         if fx is getattr(data, f"dim_zero_{name}", None):
             return name
     return fx
+
+
+def _same_default(ours: Any, theirs: Any) -> bool:
+    """Whether torchmetrics' default ``theirs`` declares what our ``ours`` does (device moves and ``set_dtype``
+    give torchmetrics new default objects, not new states)."""
+    if not isinstance(ours, torch.Tensor) or not isinstance(theirs, torch.Tensor):
+        return isinstance(ours, list) and isinstance(theirs, list) and not theirs
+    return ours.shape == theirs.shape and ours.dtype == theirs.dtype and bool(torch.equal(ours, theirs.to(ours.device)))
+
+
+def _tensors(args: tuple, kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensor arguments of an ``update`` call (at the top level) that have a first dimension."""
+    return [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor) and v.ndim > 0]
+
+
+def _without_rows(args: tuple, kwargs: dict[str, Any]) -> bool:
+    """Whether an ``update`` call has tensor arguments and all of them have zero rows (first dimension 0)."""
+    tensors = _tensors(args, kwargs)
+    return bool(tensors) and all(t.shape[0] == 0 for t in tensors)
 
 
 def _squeezed(value: Any) -> Any:
@@ -134,6 +179,15 @@ def _squeezed(value: Any) -> Any:
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
         return type(value)(_squeezed(v) for v in value)
     return value
+
+
+def _check_default(owner: str, name: str, default: Any) -> None:
+    """Refuse a torchmetrics state whose default is neither a tensor nor an empty list (``TypeError``)."""
+    if not (isinstance(default, torch.Tensor) or (isinstance(default, list) and not default)):
+        raise TypeError(
+            f"Synced cannot adapt {owner}: its state {name!r} has default {default!r}; expected a tensor or an "
+            "empty list"
+        )
 
 
 def _copied(value: Any) -> Any:
@@ -186,9 +240,13 @@ class Synced(Metric):
     raise on every rank.
 
     A state whose ``dist_reduce_fx`` is torchmetrics' ``dim_zero_sum``/``mean``/``max``/``min``/``cat`` (or
-    the names) is reduced or concatenated by the engine; one with ``None`` or another callable receives every
-    rank's values stacked on a new dim 0 (a list state: one tensor per rank), as torchmetrics hands them over,
-    after a gather (slower: the values travel as rows of the gather, not in an all-reduce).
+    the names) is reduced or concatenated by the engine; a tensor state with ``None`` or another callable
+    receives every rank's values stacked on a new dim 0, as torchmetrics hands them over, after a gather (slower:
+    the values travel as rows of the gather, not in an all-reduce). List states reach torchmetrics' ``compute``
+    as torchmetrics' own sync leaves them: synced, a ``cat`` list is one tensor of every rank's rows, a ``None``
+    list every rank's items in torchmetrics' gather order (a callable receives those); unsynced, the list of
+    items as appended. States that torchmetrics' ``update`` declares (``add_state``) are declared on the adapter
+    too; a batch without rows that torchmetrics' ``update`` refuses adds nothing.
 
     Args:
         metric: a torchmetrics metric instance, or a torchmetrics metric class.
@@ -270,24 +328,58 @@ class Synced(Metric):
                 "its own registry; adapt those metrics instead"
             )
         for name, default in defaults.items():
-            if not (isinstance(default, torch.Tensor) or (isinstance(default, list) and not default)):
-                raise TypeError(
-                    f"Synced cannot adapt {owner}: its state {name!r} has default {default!r}, neither a tensor "
-                    "nor an empty list"
-                )
+            _check_default(owner, name, default)
         self.metric = inner
         for name, default in defaults.items():
-            try:
-                self.add_state(
-                    name, default, dist_reduce_fx=_reduction(tm, reductions[name]), persistent=persistent[name]
-                )
-            except ValueError as err:
-                raise TypeError(f"Synced cannot adapt {owner}: its state {name!r}: {err}") from err
+            self._declare(tm, name, default, reductions[name], persistent[name])
         # an instance that was already updated keeps what it accumulated (copies: the inner metric keeps none)
         self._set_states({n: _copied(getattr(inner, n)) for n in defaults})
         self._update_count = int(getattr(inner, "_update_count", 0))
         inner.persistent(False)  # the adapter saves the states (under their own names) in state_dict
+        # the torchmetrics defaults declared so far (compared by identity after each update: see _follow)
+        self.__dict__["_mirrored"] = dict(defaults)
+        self.__dict__["_redeclared"] = ()
         self._release()
+
+    def _declare(self, tm: Any, name: str, default: Any, fx: Any, persistent: bool) -> None:
+        """Declare torchmetrics' state ``name`` on the adapter (again, when its ``update`` re-declares it)."""
+        try:
+            self.add_state(
+                name, default, dist_reduce_fx=_reduction(tm, fx, isinstance(default, list)), persistent=persistent
+            )
+        except ValueError as err:
+            raise TypeError(f"Synced cannot adapt {type(self._inner).__qualname__}: its state {name!r}: {err}") from err
+
+    def _follow(self) -> None:
+        """Declare on the adapter the states torchmetrics' ``update`` has just declared or re-declared.
+
+        torchmetrics' ``add_state`` stores a new default object each time (``MeanIoU(num_classes=None)`` declares
+        its per-class states on the first batch), so an unchanged registry costs one identity check per state.
+        A re-declared state takes the new default; its value is what the update left. The names land in
+        ``_redeclared`` (for :meth:`_update_batch`).
+        """
+        inner = self._inner
+        theirs: dict[str, Any] = inner._defaults
+        mirrored: dict[str, Any] = self.__dict__["_mirrored"]
+        if len(theirs) == len(mirrored) and all(theirs.get(n) is d for n, d in mirrored.items()):
+            return
+        tm = torchmetrics_module()
+        owner = type(inner).__qualname__
+        redeclared = []
+        for name, default in theirs.items():
+            fx = inner._reductions[name]
+            if (
+                name in self._defaults
+                and _same_default(self._defaults[name], default)
+                and self._reductions[name] == _reduction(tm, fx, isinstance(default, list))
+            ):
+                continue
+            _check_default(owner, name, default)
+            self._declare(tm, name, default, fx, bool(inner._persistent[name]))
+            inner._persistent[name] = False  # (the adapter saves it)
+            redeclared.append(name)
+        self.__dict__["_mirrored"] = dict(theirs)
+        self.__dict__["_redeclared"] = tuple(redeclared)
 
     # ------------------------------------------------------------------ lending our states to torchmetrics' maths
     @property
@@ -303,18 +395,57 @@ class Synced(Metric):
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Fold a batch into the states with the torchmetrics metric's own ``update``.
 
+        A batch without rows (every tensor argument has a first dimension of 0) that torchmetrics' ``update``
+        refuses (SSIM raises an ``IndexError``) adds nothing: the states stay as they were, so a rank whose last
+        batch is empty syncs as the others do. States that ``update`` declares or re-declares (``add_state``) are
+        declared on the adapter too.
+
         Args:
             args: the batch, as the torchmetrics metric's ``update`` takes it.
             kwargs: the batch's keyword arguments, as the torchmetrics metric's ``update`` takes them.
         """
         inner = self._inner
+        state = self.__dict__
+        state["_redeclared"] = ()
+        empty = self._snapshot() if _without_rows(args, kwargs) else None  # (undoes a refused empty batch)
         lent = inner.__dict__
         lent.update(self.metric_state)
         try:
-            type(inner).update(inner, *args, **kwargs)  # the class's function: torchmetrics' wrapper never runs
-            self._set_states({name: lent[name] for name in self._defaults})
+            try:
+                type(inner).update(inner, *args, **kwargs)  # the class's function: torchmetrics' wrapper never runs
+            except Exception:
+                if empty is None:
+                    raise
+                refused = True
+            else:
+                refused = False
+            finally:
+                self._follow()
+            if refused:
+                self._restore(empty)
+                self._keep_graph(args, kwargs)
+            else:
+                self._set_states({name: lent[name] for name in self._defaults})
         finally:
             self._release()
+
+    def _keep_graph(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        """After a refused empty batch: tie the floating-point tensor states to the batch's inputs that require
+        grad (adding zero), so that a synced ``forward`` still has a graph there and ``backward`` runs on that
+        rank, as DDP needs on every rank. The values do not change."""
+        if not torch.is_grad_enabled():
+            return
+        inputs = [t for t in _tensors(args, kwargs) if t.requires_grad]
+        if not inputs:
+            return
+        zero = sum(t.sum() for t in inputs) * 0
+        self._set_states(
+            {
+                name: value + cast(torch.Tensor, zero).to(value.device, value.dtype)
+                for name, value in self.metric_state.items()
+                if isinstance(value, torch.Tensor) and value.is_floating_point()
+            }
+        )
 
     def compute(self) -> Any:
         """The torchmetrics metric's ``compute`` on the (synced) states; one-element tensors as 0-d tensors."""
@@ -324,6 +455,49 @@ class Synced(Metric):
             return _squeezed(type(inner).compute(inner))
         finally:
             self._release()
+
+    # ------------------------------------------------------------------ syncing as torchmetrics syncs
+    def _torchmetrics_form(self, synced: dict[str, Any]) -> dict[str, Any]:
+        """``synced`` as torchmetrics' own sync leaves it for its ``compute``: a ``cat`` list state becomes one
+        tensor of every rank's rows (``dim_zero_cat``; an empty one of the metric's dtype when no rank has a row),
+        where the engine gives a one-element list. (A list state with another reduction comes back from the
+        engine as torchmetrics leaves it already, see :class:`_GatheredItems`.)"""
+        from torchmetrics.utilities.data import dim_zero_cat
+
+        out = dict(synced)
+        for name in self._list_states:
+            value = out.get(name)
+            if self._reductions[name] == "cat" and isinstance(value, list):
+                out[name] = (
+                    dim_zero_cat(value) if value else torch.zeros(0, dtype=self._inner.dtype, device=self.device)
+                )
+        return out
+
+    def _hold_synced(self, local: dict[str, Any], synced: dict[str, Any]) -> None:
+        """Hold the synced states in torchmetrics' form (:meth:`_torchmetrics_form`) until ``unsync``."""
+        super()._hold_synced(local, self._torchmetrics_form(synced))
+
+    def _update_batch(self, step: Any, args: tuple, kwargs: dict[str, Any], announce: bool = True) -> None:
+        """Our batch update; a state the batch re-declared starts the accumulated side from its new default, as
+        torchmetrics' ``add_state`` does (what was accumulated under the old declaration is dropped)."""
+        try:
+            super()._update_batch(step, args, kwargs, announce)
+        finally:
+            for name in self.__dict__["_redeclared"]:
+                step.accumulated[name] = self._fresh(self._defaults[name])
+
+    def _sync_batch(self, step: Any, synced: dict[str, Any] | None = None) -> None:
+        """Sync the batch states; the batch value sees them in torchmetrics' form (:meth:`_torchmetrics_form`)."""
+        super()._sync_batch(step, synced)
+        if self._list_states:
+            self._set_states(self._torchmetrics_form(self.metric_state))
+
+    def reset(self) -> None:
+        """Our reset; a synced adapter first puts its local states back (the synced ones are in torchmetrics'
+        form, whose ``cat`` lists are tensors)."""
+        if self._synced_cache is not None:
+            self._set_states(self._synced_cache)
+        super().reset()
 
     # ------------------------------------------------------------------ the rest of the protocol
     def _same_update(self, other: Metric) -> bool:
