@@ -57,7 +57,7 @@ venv: $(STAMP)
 
 # two pytest workers: every test that starts processes (marked `distributed` by tests/conftest.py) runs on one of
 # them, one at a time as before; the in-process tests (unit tests, doctests, torch.compile) a module at a time on
-# the other core (the scheduler: tests/_helpers/scheduling.py)
+# the other core (stock pytest-xdist groups, set by tests/conftest.py)
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow" tests torchmetrics_diff
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from tests._helpers import harness, scheduling
-from tests._helpers.markers import COMPILE, DISTRIBUTED, guard, kinds_of_function
+from tests._helpers import harness
+from tests._helpers.markers import COMPILE, DISTRIBUTED, guard, kinds_of_function, runs_last, xdist_group
 
 # not modules to doctest: scripts that tests run in subprocesses (they import lightning at module level), and what
 # the harness's fork server imports (it limits threads, which must not happen in the test process)
@@ -37,31 +37,23 @@ def _kinds(item: pytest.Item) -> set[str]:
     return kinds
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups (and runs first otherwise)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tier markers, then the xdist group of ``make test`` (``pytest -n 2 --dist loadgroup``, stock
+    pytest-xdist): the tests that start several processes in one group, one at a time on one worker; any other test
+    with the rest of its module. The compile tests go last (their ranks keep both cores busy): run while the other
+    worker has finished, they compete with nothing."""
     for item in items:
         for kind in sorted(_kinds(item)):
             if item.get_closest_marker(kind) is None:
                 item.add_marker(kind)
-
-
-# ``make test`` (``pytest -n 2 --dist loadgroup``): the process tests on one worker one at a time, the other tests
-# a module at a time (tests/_helpers/scheduling.py says why xdist's own groups are not used)
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    items.sort(key=lambda item: runs_last(item.nodeid))
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    scheduling.start(config)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: one core of its own at most
         torch.set_num_threads(1)
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reports the collection to the controller
-def pytest_collection_finish(session: pytest.Session) -> None:
-    scheduling.write_groups(session)
-
-
-@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown to pytest without it
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    return scheduling.make_scheduler(config, log)
 
 
 @pytest.fixture(autouse=True)

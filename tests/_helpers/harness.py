@@ -31,8 +31,6 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable
 
-from torchmetrics_diff.distributed import _call
-
 __all__ = [
     "DistributedTestFailure",
     "free_port",
@@ -123,9 +121,6 @@ def _worker(
         task_id, blob = item
         try:
             fn, args, kwargs = pickle.loads(blob)
-            # every task starts with fresh call counts on every rank: a task that left one rank a call ahead (a
-            # mismatch test, a timeout test) must not make the next task's ranks look like different calls
-            _call.reset_groups()
             value = fn(rank, world_size, *args, **kwargs)
             try:
                 payload = pickle.dumps(value)

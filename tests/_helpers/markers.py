@@ -26,7 +26,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["SpawnInUnmarkedTest", "guard", "kinds_of_function", "kinds_of_source"]
+__all__ = [
+    "PROCESSES",
+    "SpawnInUnmarkedTest",
+    "guard",
+    "kinds_of_function",
+    "kinds_of_source",
+    "runs_last",
+    "xdist_group",
+]
 
 #: dotted names (as written in the source, after resolving import aliases) that spawn processes
 _SPAWN_EXACT = {
@@ -40,6 +48,8 @@ _SPAWN_STRINGS = ("torchrun",)  # a command line naming the launcher, e.g. ["tor
 _COMPILE_EXACT = {"torch.compile", "torch._dynamo.optimize"}
 
 DISTRIBUTED, COMPILE = "distributed", "compile"
+#: the xdist group of the tests that start several processes (``make test`` runs them one at a time)
+PROCESSES = "processes"
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -268,3 +278,18 @@ def guard(nodeid: str, kind: str, what: str) -> Callable[..., Any]:
         )
 
     return refuse
+
+
+def xdist_group(item: Any) -> str:
+    """The ``xdist_group`` of a collected test under ``make test``: :data:`PROCESSES` for a test that starts several
+    processes (marked ``distributed`` and not ``one_child``), else its module's path, so a module's fixtures (the
+    docs' programs, the Sphinx build, the mypy run) run once, on one worker."""
+    if item.get_closest_marker(DISTRIBUTED) is not None and item.get_closest_marker("one_child") is None:
+        return PROCESSES
+    return str(item.nodeid).split("::")[0]
+
+
+def runs_last(nodeid: str) -> bool:
+    """Whether a test runs after the others of its group: the compile tests, whose ranks keep both cores busy (the
+    collection is sorted by this, stably)."""
+    return nodeid.startswith("tests/unittests/compile/")

@@ -37,7 +37,7 @@ from torch import Tensor
 from torchmetrics_diff.distributed import all_reduce, gather_all_tensors, get_checks
 from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import Group, group_rank, group_size
-from torchmetrics_diff.distributed._call import CONTEXT, exchange, group_state
+from torchmetrics_diff.distributed._call import entry_name, exchange, group_state, leave, within_entry
 from torchmetrics_diff.distributed._collectives import fail_together
 from torchmetrics_diff.distributed._compile import compiling, outside_graph, sum_across_ranks
 from torchmetrics_diff.distributed._failure import RanksDisagreeError
@@ -274,12 +274,13 @@ def run(table: dict[str, Callable[..., Tensor]], options: Options, *inputs: Any)
     (``"CLIPLoss.forward: sharded: gather_all_tensors"``), so ranks that picked different strategies raise the
     error of ranks in different calls on every rank, naming them, before any data moves.
     """
-    entry = CONTEXT.entry
-    if entry:
-        CONTEXT.entry = f"{entry}: {options.strategy}"
-    loss = table[options.strategy](*inputs, options)
-    CONTEXT.entry = entry
-    return loss
+    token = within_entry(options.strategy)
+    if token is None:  # outside an entry point, or compiled (which names none)
+        return table[options.strategy](*inputs, options)
+    try:
+        return table[options.strategy](*inputs, options)
+    finally:
+        leave(token)
 
 
 @contextmanager
@@ -319,7 +320,7 @@ def same_width(pieces: list[Tensor]) -> list[Tensor]:
     widths = [tuple(p.shape[1:]) for p in pieces]
     if any(w != widths[0] for w in widths):
         listing = ", ".join(f"rank {r}: {w}" for r, w in enumerate(widths))
-        who = CONTEXT.entry or "global loss"  # the loss's call (``"CLIPLoss.forward"``) when a loss runs it
+        who = entry_name() or "global loss"  # the loss's call (``"CLIPLoss.forward"``) when a loss runs it
         raise RanksDisagreeError(
             f"{who}: ranks disagree on the width of their embeddings, packed side by side ({listing})"
         )

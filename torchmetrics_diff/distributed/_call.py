@@ -44,6 +44,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
+from contextvars import ContextVar, Token
 from typing import Any, Callable
 
 import numpy as np
@@ -84,32 +85,13 @@ _IDS = 5  # the fingerprint's identity ints: sequence, count, name (2), agreed t
 assert 2 * _IDS + 1 == FINGERPRINT_INTS  # (ids, -ids, changed)
 
 
-class _CallContext:
-    """What names this process's calls to the collectives, and when their counts restart: one per process.
-
-    Attributes:
-        entry: the entry point a collective runs for (``"CLIPLoss.forward"``), set by :func:`enter` and cleared by
-            :func:`leave`; ``""`` outside any. It names the call in the header and in the errors.
-        count: how many calls the object behind ``entry`` made before this one (the header's count).
-        epoch: bumped on every rank alike when a header exchange raises (peers in different calls, a failed peer):
-            the objects' call counts and the groups' counts of names restart from it, so the ranks agree again
-            after an error they all raised (see :func:`fresh_count`).
-
-    A plain object with plain attributes (no ``__slots__``, no context manager): ``torch.compile`` traces the
-    assignments of :func:`enter` and :func:`leave` as side effects, without a graph break. It is the one piece of
-    per-process call state outside the group registry (:mod:`._groups`): an entry point is named before its group
-    is known, and a ``contextvars.ContextVar`` cannot be set in a ``fullgraph`` compiled frame (Dynamo refuses
-    ``ContextVar.set``). Entry points restore it in a ``finally`` (Dynamo traces that without a graph break).
-    """
-
-    def __init__(self) -> None:
-        self.entry = ""
-        self.count = 0
-        self.epoch = 0
-
-
-#: the process's call context (the groups' own state is in :class:`~._groups.GroupState`)
-CONTEXT = _CallContext()
+#: The entry point this context's calls to the collectives run for: ``(name, count)`` as :func:`enter` set it, or
+#: ``None`` outside any. ``name`` (``"CLIPLoss.forward"``) names the call in the header and in the errors; ``count``
+#: is how many calls the object behind it made before (the header's count). A ``ContextVar``: each thread (and
+#: asyncio task) has its own, and an entry point restores it in a ``finally``, so an error cannot leave it set.
+#: Compiled code names no entry point (Dynamo cannot trace ``ContextVar.set``): its calls are named by their
+#: operation and counted per name on the group, alike on every rank.
+_ENTRY: ContextVar[tuple[str, int] | None] = ContextVar("torchmetrics_diff_entry", default=None)
 
 
 class _Agreed:
@@ -134,9 +116,7 @@ def _header_route(state: GroupState) -> int:
 
 def _next_count(state: GroupState, name: str) -> tuple[int, int]:
     """This process's (calls on the group so far, calls of ``name`` so far), then counts this one. The counts of
-    names restart after an error of a header exchange, as objects' counts do (:func:`fresh_count`)."""
-    if state.epoch != CONTEXT.epoch:
-        state.names, state.epoch = {}, CONTEXT.epoch
+    names restart after an error of a header exchange (:func:`_failed_exchange`)."""
     seq, count = state.seq, state.names.get(name, 0)
     state.seq, state.names[name] = seq + 1, count + 1
     return seq, count
@@ -165,51 +145,75 @@ def _remember(state: GroupState, name: str, key: tuple[int, ...], rows: list[lis
     tables[key] = _Agreed(rows)
 
 
-def enter(name: str, count: int) -> None:
+def enter(name: str, count: int) -> Token | None:
     """Name the calls to the collectives from here to :func:`leave` after ``name`` (an entry point such as
     ``"CLIPLoss.forward"``) and ``count`` (how many calls the object made before), for the header and for the error
     when ranks are in different calls.
 
-    A plain module attribute rather than a context manager: ``torch.compile`` traces the assignment, while a
-    ``try`` around a graph break would split the compiled frame. An entry point that raises leaves it set; the
-    next entry point replaces it.
+    Returns:
+        The token to hand to :func:`leave` in a ``finally``; ``None`` in compiled code, which names no entry point
+        (see :data:`_ENTRY`).
     """
-    CONTEXT.entry, CONTEXT.count = name, count
+    if torch.compiler.is_compiling():
+        return None
+    return _ENTRY.set((name, count))
 
 
-def leave() -> None:
-    """End the entry point :func:`enter` named."""
-    CONTEXT.entry = ""
+def leave(token: Token | None) -> None:
+    """End the entry point :func:`enter` named (its token; ``None``: nothing to end)."""
+    if token is not None:
+        _ENTRY.reset(token)
 
 
-def fresh_count(counted: tuple[int, int] | None) -> tuple[int, tuple[int, int]]:
-    """An object's count of its calls: ``(calls before this one, what to store for the next)``, from what it stored
-    (``None`` at first). Counts restart after an error of a header exchange, which every rank raised alike."""
-    epoch = CONTEXT.epoch
+def within_entry(part: str) -> Token | None:
+    """Name the calls from here to :func:`leave` after the current entry point and ``part`` (``"CLIPLoss.forward:
+    sharded"``); ``None`` (nothing to leave) outside any entry point and in compiled code."""
+    entry = None if torch.compiler.is_compiling() else _ENTRY.get()
+    return None if entry is None else _ENTRY.set((f"{entry[0]}: {part}", entry[1]))
+
+
+def fresh_count(counted: tuple[int, int] | None, group: Group) -> tuple[int, tuple[int, int]]:
+    """An object's count of its calls on ``group``: ``(calls before this one, what to store for the next)``, from what
+    it stored (``None`` at first). Counts restart after an error of a header exchange on the group, which every rank
+    raised alike."""
+    return _counted(counted, _state(group).epoch)
+
+
+def _counted(counted: tuple[int, int] | None, epoch: int) -> tuple[int, tuple[int, int]]:
     n = counted[1] if counted is not None and counted[0] == epoch else 0
     return n, (epoch, n + 1)
 
 
-def _failed_exchange() -> None:
-    """A header exchange raises (or this rank joined it only to fail): the entry point ends; counts restart."""
-    CONTEXT.epoch += 1
-    leave()
+def opening(counted: tuple[int, int] | None, group: Group) -> tuple[int, tuple[int, int], int]:
+    """For an object's call about to exchange its header on ``group``: :func:`fresh_count` and
+    :func:`inline_capacity`, from one look-up of the group's state (the state sync's steady path)."""
+    state = _state(group)
+    n, counted = _counted(counted, state.epoch)
+    return n, counted, state.inline if _header_route(state) == _FULL else 0
+
+
+def _failed_exchange(state: GroupState) -> None:
+    """A header exchange raises (or this rank joined it only to fail): the group's counts restart."""
+    state.epoch += 1
+    state.names = {}
+
+
+def entry_name() -> str:
+    """The current entry point's name (``"CLIPLoss.forward"``); ``""`` outside any (and in compiled code, which
+    names none; only an error path reads it there)."""
+    entry = _ENTRY.get()
+    return "" if entry is None else entry[0]
 
 
 def call_name(op: str) -> str:
     """``op`` inside the current entry point: ``"CLIPLoss.update: all_gather_cat"``; ``op`` outside any."""
-    entry = CONTEXT.entry
-    return f"{entry}: {op}" if entry else op
+    entry = _ENTRY.get()
+    return f"{entry[0]}: {op}" if entry is not None else op
 
 
 def _state(group: Group) -> GroupState:
     """The group's :class:`~._groups.GroupState`, made at its first call."""
     return state_of(dist.GroupMember.WORLD if group is None else group)
-
-
-def reset_groups() -> None:
-    """Forget every group's state (counts, tables, hosts): for a harness that starts each task afresh."""
-    REGISTRY.states.clear()
 
 
 def group_state(group: Group) -> GroupState:
@@ -405,7 +409,8 @@ def exchange(
     host.call = name  # (a backend error in this call's collectives is named by it, and posted on its host)
     seq, named = _next_count(state, name)
     if count is None:
-        count = CONTEXT.count if CONTEXT.entry else named
+        entry = _ENTRY.get()
+        count = named if entry is None else entry[1]
     route = _header_route(state)
     if route == _FULL:
         return _full(state, name, payload, seq, count, failed, want, state.inline, who, labels, sync)
@@ -413,7 +418,7 @@ def exchange(
     known = state.agreed.get(name, {}).get(key)
     if route == _OFF:
         if failed:  # nobody listens: this rank raises its own error (its peers wait for their timeout)
-            _failed_exchange()
+            _failed_exchange(state)
             return []
         if known is not None:
             return known.rows
@@ -462,13 +467,13 @@ def _full(
     send, table, ints, heads = _buffers(state, inline)[:4]
     ints[: len(header)] = header  # (a NumPy view of the send buffer's header: no tensor made per call)
     _hosts.all_gather(_host_of(state), table, send)
-    if failed:  # this rank raises its own error next: its entry point ends there
-        _failed_exchange()
+    if failed:  # this rank raises its own error next: the group's counts restart, as on its peers
+        _failed_exchange(state)
         return []
     ours = heads[:, 0] == _MAGIC
     bad = ours & (heads[:, 3] == _FAILED)
     if bad.any() or not (ours.all() and (heads[:, _SAME] == heads[0, _SAME]).all()):
-        _failed_exchange()
+        _failed_exchange(state)
         names = labels() if callable(labels) else labels
         names = names or [f"rank {r}" for r in range(world)]
         if bad.any():
@@ -502,10 +507,20 @@ def _different_calls(heads: Any, names: Sequence[str]) -> RanksDisagreeError:
     if len(order) > _GROUPS_LISTED:
         rest = int(sum((inverse.reshape(-1) == k).sum() for k in order[_GROUPS_LISTED:]))
         parts.append(f"{len(order) - _GROUPS_LISTED} other calls on {rest} ranks")
-    return RanksDisagreeError(
+    error = RanksDisagreeError(
         "ranks are in different calls: " + "; ".join(parts) + ". Every rank must make the same calls that "
         "communicate, in the same order (the same number of update/forward/compute calls of each metric and loss)"
     )
+    # what each group of ranks was doing, for an entry point that words the error of its own protocol:
+    # (ranks, the call's readable name or None for a foreign collective, the header's count)
+    groups: list[tuple[list[int], str | None, int]] = []
+    for k in order:
+        ranks = np.flatnonzero(inverse.reshape(-1) == k).tolist()
+        h = heads[ranks[0]].tolist()
+        name = _decode(h[_NAME][1:]) if h[0] == _MAGIC else None
+        groups.append((ranks, name, h[2]))
+    error.calls = groups  # type: ignore[attr-defined]
+    return error
 
 
 _GROUPS_LISTED = 4  # kinds of call an error names; the rest are counted

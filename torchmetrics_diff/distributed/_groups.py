@@ -7,8 +7,8 @@ from them, and the state syncs' buffers. The host also names the call running on
 it is named by it) and is the group's notice board, which a wait reads (``_failure.Board``).
 
 Nothing else is kept in module attributes besides constants, caches keyed by immutable inputs, this registry
-(with the process's default checks, :class:`_Registry`), the call context that names entry points
-(``_call.CONTEXT``; see there why it is one object) and one instrumentation counter (``_compile.HOST_ROUND_TRIPS``).
+(with the process's default checks, :class:`_Registry`), the ``ContextVar`` that names the entry point a call runs
+for (``_call._ENTRY``) and one instrumentation counter (``_compile.HOST_ROUND_TRIPS``).
 
 A state is made at the group's first use and dropped when the group object is freed (``destroy_process_group``,
 a destroyed ``new_group``): its buffers, tables and host (with a gloo twin's connections) go with it. A group
@@ -69,7 +69,7 @@ class GroupState:
         self.size, self.rank = size, rank
         self.seq = 0  # calls on the group so far
         self.names: dict[str, int] = {}  # calls of each name so far (in the current error epoch)
-        self.epoch = 0  # the call context's error epoch when ``names`` was last reset
+        self.epoch = 0  # header exchanges on the group that raised: objects' counts of their calls restart with it
         self.inline = INLINE_BYTES  # the inline area's bytes (full headers only)
         self.recent: list[int] = []  # the largest inline row wanted by each of the last exchanges
         self.host: Any = None  # the ``_hosts.Host`` headers travel over: made at the first exchange

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, ClassVar
+from contextvars import Token
+from typing import Any, Callable, ClassVar, TypeVar
 
 import torch
 from torch import Tensor
@@ -12,6 +13,8 @@ from torchmetrics_diff._batch_step import record_step
 from torchmetrics_diff._global.strategy import AutoChoice, check_strategy, check_tile, checked_together
 from torchmetrics_diff.distributed._call import enter, fresh_count, leave
 from torchmetrics_diff.metric import Metric
+
+T = TypeVar("T")
 
 
 def check_consistent(owner: str, tensors: dict[str, Any], same_dtype: tuple[str, ...]) -> None:
@@ -38,16 +41,28 @@ def check_consistent(owner: str, tensors: dict[str, Any], same_dtype: tuple[str,
             )
 
 
-def enter_call(loss: Metric, method: str) -> bool:
+def enter_call(loss: Metric, method: str) -> Token | None:
     """Name this call (``"CLIPLoss.forward"``) in the header every rank exchanges before communicating, so that
-    ranks in different calls (one more ``update`` on one rank) raise naming them; only when it syncs. The caller
-    ends it with ``leave()`` once its collectives are done (an error on the way ends it in the exchange)."""
-    if loss._step_syncs():
-        # this loss's syncing calls so far: tells two of a class apart
-        calls, loss.__dict__["_calls"] = fresh_count(loss.__dict__.get("_calls"))
-        enter(f"{type(loss).__name__}.{method}", calls)
-        return True
-    return False
+    ranks in different calls (one more ``update`` on one rank) raise naming them; only when it syncs, and not in
+    compiled code (see ``distributed._call.enter``). The caller ends it with ``leave(token)`` in a ``finally``;
+    :func:`named_call` does both."""
+    if not loss._step_syncs() or torch.compiler.is_compiling():
+        return None
+    # this loss's syncing calls so far: tells two of a class apart
+    calls, loss.__dict__["_calls"] = fresh_count(loss.__dict__.get("_calls"), loss.process_group)
+    return enter(f"{type(loss).__name__}.{method}", calls)
+
+
+def named_call(loss: Metric, method: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, its calls to the collectives named after ``loss``'s ``method`` (:func:`enter_call`), the name
+    ended however ``fn`` ends. Compiled code runs ``fn`` as it is: no ``try`` around its graph breaks."""
+    token = enter_call(loss, method)
+    if token is None:
+        return fn(*args)
+    try:
+        return fn(*args)
+    finally:
+        leave(token)
 
 
 def note_value_dtype(loss: Any, value: Tensor) -> None:
@@ -193,12 +208,13 @@ class GlobalBatchLoss(Metric):
         """
         if self._is_synced:
             raise self._synced_error("forward")
-        named = enter_call(self, "forward")
-        self._raise_if_inconsistent(inputs)
-        value = self._loss(**inputs, sync=self.dist_sync_on_step)
-        if named:
-            leave()
+        value = named_call(self, "forward", self._checked_loss, inputs)
         return record_step(self, value, lambda: self._record(value))
+
+    def _checked_loss(self, inputs: dict[str, Any]) -> Tensor:
+        """The loss of the inputs (checked alike on every rank) over the global batch."""
+        self._raise_if_inconsistent(inputs)
+        return self._loss(**inputs, sync=self.dist_sync_on_step)
 
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
         """The loss of this call's global batch, differentiable; also recorded for :meth:`compute`.
@@ -234,12 +250,7 @@ class GlobalBatchLoss(Metric):
 
     def _update_from(self, **inputs: Any) -> None:
         """``update``'s body (it runs under ``no_grad`` in the metric lifecycle)."""
-        named = enter_call(self, "update")
-        self._raise_if_inconsistent(inputs)
-        value = self._loss(**inputs, sync=self.dist_sync_on_step)
-        if named:
-            leave()
-        self._record(value)
+        self._record(named_call(self, "update", self._checked_loss, inputs))
 
     def compute(self) -> Tensor:
         """The mean of the recorded losses (NaN before any call), in the dtype ``forward`` returns."""

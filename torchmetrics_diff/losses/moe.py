@@ -18,10 +18,9 @@ from torchmetrics_diff import functional as F
 from torchmetrics_diff._batch_step import record_step
 from torchmetrics_diff._global.moe import load_balancing_global_step
 from torchmetrics_diff._global.strategy import checked_together
-from torchmetrics_diff.distributed._call import leave
 from torchmetrics_diff.functional._checks import check_choice, check_positive_int
 from torchmetrics_diff.functional._moe import PROBS_OVER, load_balancing_stats
-from torchmetrics_diff.losses._base import enter_call, note_value_dtype
+from torchmetrics_diff.losses._base import named_call, note_value_dtype
 from torchmetrics_diff.losses.normalized import GlobalMeanLoss
 
 
@@ -175,7 +174,9 @@ class LoadBalancingLoss(GlobalMeanLoss):
 
     def _value(self, inputs: dict[str, Any], method: str) -> tuple[Tensor, Tensor]:
         """The call's value and its local token count: checks (failing on every rank), one all-reduce."""
-        named = enter_call(self, method)
+        return named_call(self, method, self._global_value, inputs)
+
+    def _global_value(self, inputs: dict[str, Any]) -> tuple[Tensor, Tensor]:
         if self._step_syncs():
             with checked_together(self.process_group, inputs["router_probs"]):
                 self._check_inputs(inputs)
@@ -195,8 +196,6 @@ class LoadBalancingLoss(GlobalMeanLoss):
             grad_reduction=self.grad_reduction,
             sync=self.dist_sync_on_step,
         )
-        if named:
-            leave()
         if self._accumulation is not None:
             self._seen = (step.counts, step.tokens)
         load = F.expert_load(step.counts, step.tokens, self.top_k)

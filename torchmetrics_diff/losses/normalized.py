@@ -35,19 +35,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, cast
+from typing import Any, Callable, ClassVar, cast
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from torchmetrics_diff import functional as F
 from torchmetrics_diff._batch_step import record_step
 from torchmetrics_diff._global.strategy import checked_together, global_normalized, grad_factor
 from torchmetrics_diff.distributed import all_gather_cat, all_reduce
 from torchmetrics_diff.distributed._backend import default_device, group_size
-from torchmetrics_diff.distributed._call import leave
+from torchmetrics_diff.distributed._call import enter, leave
+from torchmetrics_diff.exceptions import CollectiveError, PeerLeftError, RanksDisagreeError
 from torchmetrics_diff.functional._checks import safe_divide
-from torchmetrics_diff.losses._base import check_consistent, enter_call, note_value_dtype, value_dtype
+from torchmetrics_diff.losses._accumulation import (
+    AccumulationMismatchError,
+    block_parameters,
+    plan_mismatch,
+    protocol_error,
+    stalled,
+)
+from torchmetrics_diff.losses._base import check_consistent, named_call, note_value_dtype, value_dtype
 from torchmetrics_diff.metric import Metric
 
 
@@ -109,6 +117,11 @@ class GlobalMeanLoss(Metric):
     def accumulate(self, items: Sequence[Any] | None = None, *, total: float | Tensor | None = None) -> Iterator[None]:
         """Normalize every call in the block by the weight of *all* its micro-batches on every rank.
 
+        Every rank makes as many calls in the block (each communicates): a rank with fewer micro-batches pads with
+        empty ones, ``(0, T)``, listed in ``items`` too. Entering the block checks that the ranks' ``items`` hold as
+        many; the calls and the block's end name themselves in their headers. A mismatch raises on every rank at
+        once (:doc:`/guide/accumulation`).
+
         Args:
             items: what each micro-batch of this rank will pass as weight or mask, in the shape of its values
                 (a weight that would broadcast counts once, not per element), or for
@@ -117,6 +130,7 @@ class GlobalMeanLoss(Metric):
 
         Raises:
             ValueError: neither or both of ``items`` and ``total``.
+            AccumulationMismatchError: on every rank, when the ranks planned or made different numbers of calls.
             RuntimeError: on leaving the block, when the calls inside did not add up to the planned weight.
         """
         if (items is None) == (total is None):
@@ -124,14 +138,17 @@ class GlobalMeanLoss(Metric):
         if self._accumulation is not None or self._flat is not None:
             raise RuntimeError(_nested(self, "accumulate"))
         if items is not None:
+            items = list(items)
             local = sum((self._local_count(i) for i in items), torch.tensor(0.0, dtype=torch.float64))
             planned_local: float | None = float(local)
-            if self.dist_sync_on_step and group_size(self.process_group) > 1:  # on the backend's device (NCCL: GPU)
-                local = all_reduce(local.to(default_device(self.process_group)), "sum", self.process_group, grad="none")
-            total = float(local)
+            if self.dist_sync_on_step and group_size(self.process_group) > 1:
+                total = self._global_plan(local, len(items))
+            else:
+                total = float(local)
         else:
             planned_local = None
-        self._accumulation = [float(cast("float | Tensor", total)), planned_local, 0.0]  # (one of them is given)
+        # [global total, local planned (None: given as `total`), local seen, calls made in the block]
+        self._accumulation = [float(cast("float | Tensor", total)), planned_local, 0.0, 0]
         try:
             yield
         except BaseException:
@@ -144,7 +161,7 @@ class GlobalMeanLoss(Metric):
         if self.dist_sync_on_step and group_size(self.process_group) > 1:
             # one flag per rank, so a mistake on one rank raises on every rank (not a hang at the next step)
             flag = torch.tensor([float(wrong)], device=default_device(self.process_group))
-            flags = all_gather_cat(flag, self.process_group, grad="none")
+            flags = self._named("accumulate end", plan[3], _gathered, flag, self.process_group)
             ranks = flags.nonzero().flatten().tolist()  # (the failed ranks only: no Python code per rank)
             if ranks and not wrong:
                 raise RuntimeError(
@@ -156,6 +173,36 @@ class GlobalMeanLoss(Metric):
                 f"{type(self).__name__}.accumulate(): the micro-batches planned a weight of {plan[1]:g} on this "
                 f"rank but the calls inside the block brought {plan[2]:g}"
             )
+
+    def _global_plan(self, local: Tensor, micro_batches: int) -> float:
+        """The step's global weight, summed in one all-reduce with each rank's number of micro-batches ``n`` and
+        ``n²``: the ranks planned as many exactly when ``W Σn² = (Σn)²``; else every rank raises, before any forward
+        pass, naming each rank's number (one all-gather more, on this error's path only)."""
+        group = self.process_group
+        n = float(micro_batches)
+        plan = torch.stack([local, local.new_tensor(n), local.new_tensor(n * n)]).to(default_device(group))
+        weight, count, squares = self._named("accumulate start", 0, _summed, plan, group).tolist()
+        if group_size(group) * round(squares) != round(count) ** 2:
+            counts = self._named("accumulate start", 1, _gathered, plan.new_tensor([n]), group)
+            raise AccumulationMismatchError(plan_mismatch(type(self).__name__, counts.tolist()))
+        return weight
+
+    def _named(self, what: str, count: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, its collectives named ``"<Loss>.<what>"`` with ``count`` (the calls made in the block before)
+        in their header; ranks in different calls of the block raise an :class:`AccumulationMismatchError`.
+        Compiled code runs ``fn`` as it is (no entry point, no ``try`` around its graph breaks)."""
+        token = enter(f"{type(self).__name__}.{what}", count)
+        if token is None:
+            return fn(*args)
+        try:
+            return fn(*args)
+        except RanksDisagreeError as err:
+            mismatch = protocol_error(type(self).__name__, err, flat=False)
+            if mismatch is None:
+                raise
+            raise mismatch from err
+        finally:
+            leave(token)
 
     @contextmanager
     def flat_accumulation(self, params: Iterable[Tensor]) -> Iterator[FlatAccumulation]:
@@ -206,7 +253,7 @@ class GlobalMeanLoss(Metric):
         """
         if self._not_flat:
             raise NotImplementedError(f"{type(self).__name__}.flat_accumulation(): {self._not_flat}; use accumulate()")
-        listed = _parameters(params)
+        listed = block_parameters(params)
         if self._accumulation is not None or self._flat is not None:
             raise RuntimeError(_nested(self, "flat_accumulation"))
         flat = self._flat = FlatAccumulation(self, listed)
@@ -256,17 +303,24 @@ class GlobalMeanLoss(Metric):
             raise self._synced_error("forward")
         if self._flat is not None:
             return self._flat_step(self._flat, inputs)
-        named = enter_call(self, "forward")
+        plan = self._accumulation
+        if plan is not None and self._step_syncs():  # a call of the block, named with the calls made before it
+            calls, plan[3] = plan[3], plan[3] + 1
+            loss_sum, count, value = self._named("accumulate", calls, self._normalized_block, inputs)
+        else:
+            loss_sum, count, value = named_call(self, "forward", self._normalized_block, inputs)
+        return record_step(self, value, lambda: self._record_block(loss_sum, count, value))
+
+    def _normalized_block(self, inputs: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
+        """The call's block (checked alike on every rank) and its value, normalized over the global batch."""
         loss_sum, count = self._checked_block(inputs)
         total = None if self._accumulation is None else self._accumulation[0]
         if self.dist_sync_on_step:
             value = global_normalized(loss_sum, count, total, self.process_group, self.grad_reduction)
-            if named:
-                leave()
         else:
             denominator = count if total is None else torch.as_tensor(total, dtype=loss_sum.dtype)
             value = safe_divide(loss_sum, denominator)
-        return record_step(self, value, lambda: self._record_block(loss_sum, count, value))
+        return loss_sum, count, value
 
     def _record_block(self, loss_sum: Tensor, count: Tensor, value: Tensor) -> None:
         """Fold a ``forward`` call into the batch states: the block, the value's dtype, the accumulated weight."""
@@ -294,14 +348,24 @@ class GlobalMeanLoss(Metric):
         """
         if not flat._open:
             raise RuntimeError(f"{type(self).__name__}: finish_step() after its flat_accumulation() block ended")
+        mine = flat.micro_batches
         local = flat._take()
         world = 1
         if self._step_syncs():
             group = self.process_group
-            named = enter_call(self, "finish_step")
-            local = all_reduce(local.to(default_device(group)), "sum", group, grad="none")
-            if named:
-                leave()
+            # (named apart: a rank leaving the block meets its peers' finish_step() and every rank raises)
+            what = "finish_step at exit" if last else "finish_step"
+            try:
+                local = named_call(self, what, _summed, local.to(default_device(group)), group)
+            except RanksDisagreeError as err:
+                mismatch = protocol_error(type(self).__name__, err, flat=True)
+                if mismatch is None:
+                    raise
+                raise mismatch from err
+            except CollectiveError as err:  # (a timeout: a peer is in another collective, e.g. DDP's all-reduce)
+                if isinstance(err, PeerLeftError):
+                    raise
+                raise CollectiveError(stalled(type(self).__name__, mine, err)) from err
             world = group_size(group)
         _, total_weight, calls = local.tolist()  # (one host read per optimizer step)
         if total_weight > 0:
@@ -381,6 +445,10 @@ class FlatAccumulation:
             as they are).
 
         Raises:
+            AccumulationMismatchError: on every rank, when a rank leaves the block (its loop had fewer steps) while
+                others finish a step.
+            CollectiveError: after the group's timeout, naming this rank's calls in the step and the likely cause (a
+                peer waiting in another collective, such as DDP's all-reduce for a rank that ran no micro-batch).
             RuntimeError: after the block ended; on every rank when the ranks are not all finishing the step
                 (a rank in another call of the loss).
         """
@@ -401,28 +469,6 @@ class FlatAccumulation:
             taken = torch.stack([self._sum, self._weight.to(self._sum.device), calls])
         self._sum, self._weight, self.micro_batches = None, None, 0
         return taken
-
-
-def _parameters(params: Iterable[Tensor] | nn.Module) -> list[Tensor]:
-    """The distinct tensors of ``params`` (a module: its parameters), or a ``ValueError`` naming what came."""
-    if isinstance(params, nn.Module):
-        params = params.parameters()
-    elif isinstance(params, Tensor):
-        params = [params]
-    listed: list[Tensor] = []
-    seen: set[int] = set()
-    for p in params:
-        if not isinstance(p, Tensor):
-            raise ValueError(
-                "`params` must hold the parameters (tensors) whose gradients the micro-batches accumulate, e.g. "
-                f"model.parameters(); got a {type(p).__name__} among them"
-            )
-        if id(p) not in seen:  # (a parameter listed twice is rescaled once)
-            seen.add(id(p))
-            listed.append(p)
-    if not listed:
-        raise ValueError("`params` must hold at least one parameter (e.g. model.parameters()); got none")
-    return listed
 
 
 def _nested(loss: GlobalMeanLoss, opening: str) -> str:
@@ -529,3 +575,13 @@ class TokenCrossEntropyLoss(GlobalMeanLoss):
 
     def _local_count(self, item: Any) -> Tensor:
         return (torch.as_tensor(item) != self.ignore_index).sum().to(torch.float64)
+
+
+def _summed(local: Tensor, group: Any) -> Tensor:
+    """``local`` summed over the ranks of ``group`` (no gradient)."""
+    return all_reduce(local, "sum", group, grad="none")
+
+
+def _gathered(local: Tensor, group: Any) -> Tensor:
+    """Every rank's ``local`` (1-D) concatenated by rank (no gradient)."""
+    return all_gather_cat(local, group, grad="none")

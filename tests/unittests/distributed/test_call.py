@@ -205,18 +205,19 @@ def test_fingerprint_calls_agree_without_every_header_and_raise_on_every_rank(wo
 def _off_body(rank: int, world: int) -> dict[str, Any]:
     from torchmetrics_diff.distributed import get_checks, set_checks
 
-    set_checks("off")
-    try:
-        out: dict[str, Any] = {"mode": get_checks()}
-        logs, values = [], []
-        for rows in (2, 2, 2, 3, 3):  # the shapes change on every rank alike at the fourth call
-            with record_collectives() as log:
-                values.append(all_gather_cat(torch.full((rows,), float(rank)), grad="none"))
-            logs.append(log)
-        out["logs"], out["values"] = logs, values
-        return out
-    finally:
-        set_checks("steady")
+    # a group of its own: with checks off a rank trusts the metadata it remembers, so the ranks' histories must be the
+    # same, and the pool's default group has run other tasks (with rows that differ between ranks)
+    group = dist.new_group(list(range(world)))
+    set_checks("off", group)
+    out: dict[str, Any] = {"mode": get_checks(group)}
+    logs, values = [], []
+    for rows in (2, 2, 2, 3, 3):  # the shapes change on every rank alike at the fourth call
+        with record_collectives() as log:
+            values.append(all_gather_cat(torch.full((rows,), float(rank)), group=group, grad="none"))
+        logs.append(log)
+    out["logs"], out["values"] = logs, values
+    dist.destroy_process_group(group)
+    return out
 
 
 def test_checks_off_exchanges_headers_only_for_metadata_new_to_the_rank() -> None:
@@ -340,3 +341,25 @@ def test_peers_that_failed_are_listed_in_a_bounded_message() -> None:
     message = str(peers_failed("SumMetric", list(range(4000)), sync=True))
     assert "ranks 0-3999" in message and len(message) < 200, message
     assert "rank(s) [1, 2]" in str(peers_failed("SumMetric", [1, 2], sync=True))
+
+
+def _raising_entry_body(rank: int, world: int) -> dict[str, Any]:
+    from torchmetrics_diff.losses import CLIPLoss
+
+    loss = CLIPLoss()
+    image, text = torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4)  # dtypes that differ: refused
+    error = outcome(lambda: loss(image, text, 2.0))
+    after = _call.call_name("all_gather_cat")
+    with record_collectives() as log:
+        cat = all_gather_cat(torch.full((1,), float(rank)), grad="none")
+    return {"error": error, "after": after, "cat": cat.tolist(), "log": log}
+
+
+def test_an_entry_point_that_raises_names_no_later_call() -> None:
+    """An entry point that raises on its way (an input refused before any collective) ends its name there: the next
+    call outside any entry point is named by its operation alone, and the ranks still agree on it."""
+    for rank, res in enumerate(run_distributed(_raising_entry_body, 2, timeout=60)):
+        failure = problem(f"rank {rank}", res["error"], "ValueError", ("dtype",))
+        assert not failure, failure
+        assert res["after"] == "all_gather_cat", (rank, res["after"])
+        assert res["cat"] == [0.0, 1.0] and res["log"], (rank, res)

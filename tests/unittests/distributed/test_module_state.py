@@ -28,10 +28,8 @@ ALLOWED = {
     "torchmetrics_diff.distributed._backend._REDUCE_OPS": "a constant table, never written (read in compiled code:"
     " Dynamo cannot trace a mappingproxy)",
     "torchmetrics_diff.distributed._backend._DTYPE_CODE": "a constant table, never written (as _REDUCE_OPS)",
-    "torchmetrics_diff.distributed._call.CONTEXT": (
-        "the call context that names entry points: set before the group is known, and a ContextVar cannot be set "
-        "inside a fullgraph compiled frame (see _CallContext)"
-    ),
+    "torchmetrics_diff.distributed._call._ENTRY": "the call context: a ContextVar (each thread its own, reset in a"
+    " finally)",
 }
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), frozenset, range, slice, torch.dtype, torch.device)
 _IMMUTABLE += (types.MappingProxyType,)

@@ -47,6 +47,7 @@ GLOO_CLOSED = (
 # ------------------------------------------------------------------------------------------- the classes
 def test_the_exception_classes_are_public_runtime_errors_in_one_hierarchy() -> None:
     assert set(exceptions.__all__) == {
+        "AccumulationMismatchError",
         "CollectiveError",
         "DistributedError",
         "PeerFailedError",

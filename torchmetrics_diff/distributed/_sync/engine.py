@@ -41,7 +41,7 @@ from torchmetrics_diff.distributed._backend import (
     group_size,
     set_grad_enabled,
 )
-from torchmetrics_diff.distributed._call import exchange, fresh_count, inline_capacity
+from torchmetrics_diff.distributed._call import exchange, fresh_count, opening
 from torchmetrics_diff.distributed._compile import outside_graph
 from torchmetrics_diff.distributed._failure import CollectiveError, collective_failed, fail_on_every_rank
 from torchmetrics_diff.distributed._reductions import Reduction, State
@@ -123,12 +123,12 @@ def _sync_across(
     """:func:`sync_states` over more than one rank: see the module docstring."""
     rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
-    count, plan.calls = fresh_count(plan.calls)
+    # the object's count of calls, and the bytes a CPU row may ride in the call's header exchange
+    count, plan.calls, capacity = opening(plan.calls, group)
     device = device if device is not None else _first_device(states)
     layout = plan.layout
     if plan.key and (layout is None or not layout.fits(world, rank, device)):
         layout = plan.layout = Layout.build(plan, reductions, world, rank, device)
-    capacity = inline_capacity(group)  # the bytes a CPU row may ride in the call's header exchange
     head = None
     if layout is not None and grad in GRADS:
         enabled = grad_enabled()
@@ -331,7 +331,7 @@ def fail_sync(
     world = group_size(group)
 
     if plan is not None:  # the sync this rank joins counts for the plan as for the peers' (see _sync_across)
-        plan.calls = fresh_count(plan.calls)[1]
+        plan.calls = fresh_count(plan.calls, group)[1]
 
     def join() -> None:
         exchange(f"{owner}.sync", [], group, failed=True)
