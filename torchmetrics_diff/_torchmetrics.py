@@ -28,8 +28,10 @@ REFUSED = {
         "states synced in one collective), or wrap the torchmetrics metric of the same name in torchmetrics' Running"
     ),
     "torchmetrics.wrappers.feature_share.FeatureShare": (
-        "it shares the `feature_network` of image metrics, which our metrics do not have. Use "
-        "torchmetrics_diff.MetricCollection"
+        "it shares the `feature_network` of torchmetrics' image metrics, which our metrics (adapted ones included) "
+        "do not expose. Use torchmetrics_diff.MetricCollection; adapted FID, KID or MIFID metrics share one feature "
+        "extractor when each is given the same module as `feature=` (its weights are held once, and each metric "
+        "runs it on its own batches)"
     ),
 }
 

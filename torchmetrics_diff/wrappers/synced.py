@@ -19,6 +19,7 @@ import torch
 
 from torchmetrics_diff._state_sync import ItemReduction
 from torchmetrics_diff.metric import Metric
+from torchmetrics_diff.wrappers import _synced_special as special
 
 #: the torchmetrics releases whose ``Metric`` internals (``_defaults``, ``_reductions``, ``_persistent``, the
 #: per-instance wrapping of ``update``/``compute``, the ``dim_zero_*`` reductions) the adapter knows
@@ -40,7 +41,8 @@ _OUR_KWARGS = (
 _INHERITED = ("dist_sync_on_step", "sync_on_compute", "process_group", "compute_on_cpu", "compute_with_cache")
 
 # torchmetrics.Metric methods the adapter relies on (or replaces by ours): a metric class overriding one of them
-# changes what a sync, a step or a reset means, which the adapter cannot know
+# changes what a sync, a step or a reset means, which the adapter cannot know. The overrides whose work the adapter
+# does itself (the FID family's reset, MeanAveragePrecision's sync and device moves) are in _synced_special.HANDLED
 _MACHINERY = {
     "forward": "it overrides `forward` (its step is not update-then-compute)",
     "reset": "it overrides `reset` (some states survive a reset)",
@@ -106,7 +108,9 @@ def _refusal(tm: Any, cls: type) -> str | None:
             "it is made of other torchmetrics metrics (a wrapper or a composition): adapt the inner metrics and "
             "use torchmetrics_diff's wrappers or arithmetic on the adapted metrics"
         )
-    overridden = [why for name, why in _MACHINERY.items() if _overrides(tm.Metric, cls, name)]
+    overridden = [
+        why for name, why in _MACHINERY.items() if _overrides(tm.Metric, cls, name) and not special.handled(cls, name)
+    ]
     if overridden:
         return "; ".join(overridden)
     return None
@@ -190,6 +194,10 @@ def _check_default(owner: str, name: str, default: Any) -> None:
         )
 
 
+def _kept(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
 def _copied(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
@@ -260,8 +268,9 @@ class Synced(Metric):
     Raises:
         TypeError: ``metric`` cannot be adapted (the message names it and says why): not a torchmetrics metric,
             a torchmetrics collection, wrapper or composition, a class that overrides torchmetrics' sync, reset
-            or step machinery, a state that is neither a tensor nor a list, or constructor arguments given
-            with an instance.
+            or step machinery (but for the FID family's ``reset`` and ``MeanAveragePrecision``'s sync, which the
+            adapter does itself), ``MeanAveragePrecision(iou_type="segm")``, a state that is neither a tensor nor
+            a list, or constructor arguments given with an instance.
         ImportError: the installed torchmetrics is outside
             :data:`~torchmetrics_diff.wrappers.synced.SUPPORTED_TORCHMETRICS`.
 
@@ -329,6 +338,9 @@ class Synced(Metric):
             )
         for name, default in defaults.items():
             _check_default(owner, name, default)
+        why = special.instance_refusal(inner)
+        if why is not None:
+            raise TypeError(f"Synced cannot adapt {owner}: {why}")
         self.metric = inner
         for name, default in defaults.items():
             self._declare(tm, name, default, reductions[name], persistent[name])
@@ -448,12 +460,19 @@ class Synced(Metric):
         )
 
     def compute(self) -> Any:
-        """The torchmetrics metric's ``compute`` on the (synced) states; one-element tensors as 0-d tensors."""
+        """The torchmetrics metric's ``compute`` on the (synced) states; one-element tensors as 0-d tensors.
+
+        An attribute that torchmetrics' ``compute`` reads and only its ``update`` sets (FID's ``orig_dtype``, the
+        features' dtype) is lent the metric's dtype on a rank that never updated, for that call.
+        """
         inner = self._inner
-        inner.__dict__.update(self.metric_state)
+        lent = special.missing_attributes(inner)
+        inner.__dict__.update(self.metric_state, **dict.fromkeys(lent, self.dtype))
         try:
             return _squeezed(type(inner).compute(inner))
         finally:
+            for name in lent:
+                del inner.__dict__[name]
             self._release()
 
     # ------------------------------------------------------------------ syncing as torchmetrics syncs
@@ -494,10 +513,14 @@ class Synced(Metric):
 
     def reset(self) -> None:
         """Our reset; a synced adapter first puts its local states back (the synced ones are in torchmetrics'
-        form, whose ``cat`` lists are tensors)."""
+        form, whose ``cat`` lists are tensors). The states torchmetrics' ``reset`` keeps (the FID family's real
+        features with ``reset_real_features=False``) keep their local values, as torchmetrics keeps them."""
         if self._synced_cache is not None:
             self._set_states(self._synced_cache)
+        # (our reset empties lists in place and gives tensor states new objects: keep a list's items, a tensor)
+        kept = {n: _kept(getattr(self, n)) for n in special.kept_by_reset(self._inner)}
         super().reset()
+        self._set_states(kept)
 
     # ------------------------------------------------------------------ the rest of the protocol
     def _same_update(self, other: Metric) -> bool:
@@ -519,7 +542,11 @@ class Synced(Metric):
             dst_type: ``torch.float32`` or ``torch.float64`` (or their names).
         """
         super().set_dtype(dst_type)
-        self._inner.set_dtype(self.dtype)
+        inner = self._inner
+        inner.set_dtype(self.dtype)  # (FID's casts its extractor too)
+        # torchmetrics casts every default, integer ones too, into new objects: no state is declared anew (our
+        # integer states stay integer), so that a rank that never updates afterwards agrees with those that do
+        self.__dict__["_mirrored"] = dict(inner._defaults)
         self._release()
         return self
 

@@ -111,6 +111,11 @@ class _OwnSync(PeakSignalNoiseRatio):
         raise AssertionError("never called")
 
 
+class _OwnReset(PeakSignalNoiseRatio):  # (the FID family's reset is known to the adapter: it is adapted)
+    def reset(self) -> None:
+        raise AssertionError("never called")
+
+
 class _OddState(PeakSignalNoiseRatio):
     def __init__(self) -> None:
         super().__init__(data_range=1.0)
@@ -121,7 +126,6 @@ class _OddState(PeakSignalNoiseRatio):
 
 
 def _refused() -> dict[str, tuple[Any, str]]:
-    from torchmetrics.image.fid import FrechetInceptionDistance
     from torchmetrics.wrappers import MinMaxMetric
 
     psnr = PeakSignalNoiseRatio(data_range=1.0)
@@ -134,7 +138,7 @@ def _refused() -> dict[str, tuple[Any, str]]:
         "a torchmetrics composition": (psnr + psnr, "CompositionalMetric: it is made of other torchmetrics"),
         "our own metric": (SumMetric(), "SumMetric: it is already a torchmetrics_diff metric"),
         "not a metric": (torch.nn.Linear(2, 2), "Linear: it is not a torchmetrics.Metric"),
-        "a reset that keeps states": (FrechetInceptionDistance, "FrechetInceptionDistance: it overrides `reset`"),
+        "a reset that keeps states": (_OwnReset, "_OwnReset: it overrides `reset`"),
         "its own sync": (_OwnSync, "_OwnSync: it overrides `_sync_dist`"),
         "a state that is not a tensor": (_OddState(), "_OddState: its state 'table' has default"),
     }
