@@ -182,7 +182,8 @@ def merge(fx: Reduction, acc: State, new: State, count: float, *, owner: str = "
     if isinstance(a, list):
         a.extend(b if isinstance(b, list) else [b])
         return a
-    b = cast(torch.Tensor, b)  # a tensor state merges tensors
+    if TYPE_CHECKING:  # a tensor state merges tensors (no call at run time: merge runs in every forward)
+        b = cast(torch.Tensor, b)
     if fx == "sum":
         return a + b
     if fx == "mean":
