@@ -7,9 +7,10 @@ the fastest of the three; then ``strategy="auto"`` (the default): its time, the 
 (``CLIPLoss.last_strategy``) and its time over the fastest fixed one, with the check that ``auto`` is never slower
 than the best fixed strategy by more than the benchmark's noise (``AUTO_SLACK``).
 
-This is the table behind ``"auto"``'s crossover in ``docs/guide/strategies.rst`` (its constants are
-``AUTO_LOGIT_COST`` and ``AUTO_SHARDED_MIN_WORK`` in ``torchmetrics_diff/_global/strategy.py``): at small global
-batches the extra collectives of the sharded strategy cost more than the rows it saves.
+It checks ``"auto"`` on small global batches, where the extra collectives of the sharded strategy cost more than
+the rows it saves, at W = 2 and 3. The rule's constants (``AUTO_*`` in ``torchmetrics_diff/_global/strategy.py``)
+are fitted to ``benchmarks/bench_auto.py``'s grids (three loss families, up to 8192 rows per rank, the ring's
+speed included); both are in ``docs/guide/strategies.rst``.
 """
 
 from __future__ import annotations

@@ -315,7 +315,7 @@ def global_clip_loss(
         check_views("image_embeds", image_embeds, "text_embeds", text_embeds)
         scale = check_scalar("logit_scale", logit_scale)
         options = check_options(strategy, group, grad_reduction, tile)
-    options = resolve(options, *_batch(image_embeds), key="global_clip_loss")
+    options = resolve(options, *_batch(image_embeds), key="global_clip_loss", family="clip")
     return run(_CLIP, options, image_embeds, text_embeds, scale)
 
 
@@ -360,7 +360,7 @@ def global_info_nce_loss(
         check_views("z1", z1, "z2", z2)
         temperature = check_scalar("temperature", temperature, positive=True)
         options = check_options(strategy, group, grad_reduction, tile)
-    options = resolve(options, *_batch(z1), views=2, key="global_info_nce_loss")
+    options = resolve(options, *_batch(z1), views=2, key="global_info_nce_loss", family="info_nce")
     return run(_INFO_NCE, options, z1, z2, temperature)
 
 
@@ -410,7 +410,7 @@ def global_supcon_loss(
             check_labels("labels", labels, features.shape[0])
         options = check_options(strategy, group, grad_reduction, tile)
     views = features.shape[1] if features.ndim == 3 else 1
-    options = resolve(options, *_batch(features), views=views, key="global_supcon_loss")
+    options = resolve(options, *_batch(features), views=views, key="global_supcon_loss", family="supcon")
     return run(_SUPCON, options, features, labels, temperature)
 
 
@@ -457,5 +457,5 @@ def global_siglip_loss(
         scale = check_scalar("logit_scale", logit_scale)
         bias = check_scalar("logit_bias", logit_bias)
         options = check_options(strategy, group, grad_reduction, tile)
-    options = resolve(options, *_batch(image_embeds), key="global_siglip_loss")
+    options = resolve(options, *_batch(image_embeds), key="global_siglip_loss", family="siglip")
     return run(_SIGLIP, options, image_embeds, text_embeds, scale, bias)

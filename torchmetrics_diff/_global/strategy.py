@@ -126,21 +126,34 @@ def strategy_table(
 
 
 # ------------------------------------------------------------------------------------------------------ auto
-#: ``"auto"``'s crossover from ``"replicated"`` to ``"sharded"``, fitted to the grid of ``benchmarks/bench_strategy.py``
-#: (``make bench``; W = 2 and 3 gloo ranks on a 2-core CPU, CLIP, 16 to 1536 rows, widths 64 to 1024; the grid is in
-#: docs/guide/strategies.rst). Sharding takes ``(N - B_max) · N`` logits off the slowest rank (N candidates, B_max
-#: the largest rank's anchors), each worth ``D + AUTO_LOGIT_COST`` multiply-adds (the similarity, then the
-#: elementwise passes: exp, log-sum-exp, the gradient), and costs more collectives (one more in forward, the
-#: reduce-scatter in backward), whose time grows with the peers waited for: it pays once the work it saves reaches
-#: :func:`sharded_cost` multiply-adds, ``AUTO_SHARDED_MIN_WORK · (W - 1)`` in the fitted range.
-AUTO_LOGIT_COST = 128
-AUTO_SHARDED_MIN_WORK = 25_000_000
+#: ``"auto"``'s crossover from ``"replicated"`` to ``"sharded"``, fitted to the grid of ``benchmarks/bench_auto.py``
+#: (W = 2 and 3 gloo ranks on a 2-core CPU; CLIP, SigLIP and SupCon; 96 to 512 rows per rank, widths 64 to 512; the
+#: grid is in docs/guide/strategies.rst). Sharding takes ``(N - B_max) · N`` logits off the slowest rank (N
+#: candidates, B_max the largest rank's anchors), each worth ``D + AUTO_LOGIT_COST`` multiply-adds (the similarity,
+#: then the elementwise passes: exp, log-sum-exp, the gradient), and costs more collectives (one more in forward,
+#: the reduce-scatter in backward), whose time grows with the peers waited for: it pays once the work it saves
+#: reaches :func:`sharded_cost` multiply-adds, ``AUTO_SHARDED_MIN_WORK · (W - 1)`` in the fitted range. The three
+#: families cross over at the same work (within the grid's noise), so the constants are shared.
+AUTO_LOGIT_COST = 64
+AUTO_SHARDED_MIN_WORK = 40_000_000
 #: Beyond the three ranks of the fit, each further rank adds one hop to the sharded strategy's ring collectives
 #: (gloo's all-reduce and all-gather take ``W - 1`` hops), worth this many multiply-adds: about 20 us of a TCP hop
-#: (docs/guide/scaling.rst's 10-30 us) at the 25 multiply-adds per ns measured here, 1/50 of a fitted peer (whose
+#: (docs/guide/scaling.rst's 10-30 us) at the 25 multiply-adds per ns measured here, 1/80 of a fitted peer (whose
 #: cost at W <= 3 is mostly the collectives' fixed overhead). Without it the fitted per-peer cost, extrapolated,
 #: kept ``"replicated"`` (``N x N`` logits on every rank) up to 4096 rows at W = 1024.
 AUTO_HOP_WORK = 500_000
+#: ``"auto"`` picks ``"ring"`` for its speed where it would run the one logit block of ``"sharded"`` (or, with one
+#: rank, the plain loss) and ``D + AUTO_RING_ROW_COST / B_max <= AUTO_RING_SAVING[family]``: the ring pays, per
+#: logit, one more matrix product (its backward recomputes the logits: ``D`` multiply-adds) and overheads spread
+#: over the ``B_max`` anchor rows of a tile (``AUTO_RING_ROW_COST / B_max``), and saves what the one-block strategy
+#: spends on passes over a ``B_max × N`` block that is far out of cache, where the ring's ``B_max × tile`` tiles
+#: stay in it. Fitted to ``benchmarks/bench_auto.py`` (W = 1 and 2, default tile, 1024 to 8192 rows per rank,
+#: widths 32 to 512): CLIP and SigLIP cross over alike (the ring is faster up to width 52 at 2048 rows per rank, 96
+#: at 4096 and 118 at 8192, never at 1024 or below); SupCon's ring took 1.3-1.7x its sharded step everywhere, and
+#: InfoNCE runs SupCon's kernels: neither is listed, so the ring is theirs only for memory, as for a loss of unknown
+#: family (``None``).
+AUTO_RING_ROW_COST = 180_000
+AUTO_RING_SAVING = {"clip": 140, "siglip": 140}
 #: ``"auto"`` picks ``"ring"`` when the picked strategy's logits and their gradient (8 bytes per logit at float32 and
 #: below, 16 at float64) would take more than this many bytes on the slowest rank: ``N × N`` replicated,
 #: ``B_max × N`` sharded. Read at every choice: a program may set it (on every rank alike) before its calls.
@@ -154,18 +167,35 @@ def sharded_cost(world: int) -> int:
 
     Example:
         >>> sharded_cost(2), sharded_cost(3), sharded_cost(1024)
-        (25000000, 50000000, 560500000)
+        (40000000, 80000000, 590500000)
     """
     return AUTO_SHARDED_MIN_WORK * (min(world, 3) - 1) + AUTO_HOP_WORK * max(world - 3, 0)
 
 
-def auto_strategy(total: int, largest: int, width: int, world: int, itemsize: int = 4, views: int = 1) -> str:
+def ring_is_faster(largest: int, width: int, family: str | None) -> bool:
+    """Whether the ring's tiles beat one ``largest × N`` logit block of ``family`` at ``width`` (the rule of
+    :data:`AUTO_RING_SAVING`; ``largest``: the anchors of the largest rank).
+
+    Example:
+        >>> ring_is_faster(4096, 64, "clip"), ring_is_faster(4096, 128, "clip"), ring_is_faster(1024, 64, "clip")
+        (True, False, False)
+        >>> ring_is_faster(8192, 64, "supcon"), ring_is_faster(8192, 64, None)
+        (False, False)
+    """
+    saving = AUTO_RING_SAVING.get(family) if family is not None else None
+    return saving is not None and largest > 0 and width + AUTO_RING_ROW_COST / largest <= saving
+
+
+def auto_strategy(
+    total: int, largest: int, width: int, world: int, itemsize: int = 4, views: int = 1, family: str | None = None
+) -> str:
     """The strategy ``"auto"`` picks for a global batch (the rule of :doc:`/guide/strategies`).
 
-    ``"sharded"`` when the work it takes off the slowest rank reaches :data:`AUTO_SHARDED_MIN_WORK` per peer, else
-    ``"replicated"``; then the smaller of the two (or ``"ring"``) when the logits would not fit
-    :data:`AUTO_MEMORY_BYTES`. With one rank ``"replicated"`` (all three compute the plain loss), or ``"ring"``
-    for its tiles when the ``N × N`` logits would not fit.
+    ``"sharded"`` when the work it takes off the slowest rank reaches :data:`AUTO_SHARDED_MIN_WORK` per peer (or
+    when the replicated ``N × N`` logits would not fit :data:`AUTO_MEMORY_BYTES`), else ``"replicated"``; then
+    ``"ring"`` instead of the one logit block of ``"sharded"`` where its tiles are faster for ``family``
+    (:func:`ring_is_faster`) or the block would not fit either. With one rank ``"replicated"`` (all three compute
+    the plain loss, one block) unless the ring is faster or the ``N × N`` logits would not fit.
 
     Args:
         total: rows of every rank (samples), ``N / views``.
@@ -174,10 +204,14 @@ def auto_strategy(total: int, largest: int, width: int, world: int, itemsize: in
         world: the number of ranks ``W``.
         itemsize: bytes per element of the embeddings.
         views: anchors per sample (InfoNCE: 2; SupCon: its views).
+        family: the loss: ``"clip"``, ``"siglip"``, ``"supcon"`` or ``"info_nce"``, as its ``global_*`` function
+            passes it; ``None`` (the default): unknown, the ring only for memory.
 
     Example:
         >>> auto_strategy(64, 32, 512, 2), auto_strategy(2048, 1024, 512, 2), auto_strategy(2**16, 2**15, 64, 2)
         ('replicated', 'sharded', 'ring')
+        >>> auto_strategy(8192, 4096, 64, 2, family="clip"), auto_strategy(8192, 4096, 64, 2, family="supcon")
+        ('ring', 'sharded')
     """
     n, b = views * total, views * largest  # candidates, and the anchors of the largest rank
     per_logit = 2 * max(itemsize, 4)  # a logit and its gradient, in the accumulation dtype (float32 at least)
@@ -185,6 +219,8 @@ def auto_strategy(total: int, largest: int, width: int, world: int, itemsize: in
     pick = "sharded" if world > 1 and saved >= sharded_cost(world) else "replicated"
     if pick == "replicated" and n * n * per_logit > AUTO_MEMORY_BYTES:
         pick = "sharded" if world > 1 else "ring"
+    if (pick == "sharded" or world == 1) and ring_is_faster(b, width, family):
+        pick = "ring"
     if pick == "sharded" and b * n * per_logit > AUTO_MEMORY_BYTES:
         pick = "ring"
     return pick
@@ -224,7 +260,9 @@ def note_rows(options: Options, rows: Sequence[int], views: int = 1) -> None:
         options.auto.note([r // views for r in rows])
 
 
-def resolve(options: Options, rows: int, width: int, itemsize: int, views: int = 1, key: str = "") -> Options:
+def resolve(
+    options: Options, rows: int, width: int, itemsize: int, views: int = 1, key: str = "", family: str | None = None
+) -> Options:
     """``options`` with ``"auto"`` replaced by its pick for this call (explicit strategies unchanged).
 
     The pick follows from values every rank agrees on (:class:`AutoChoice`): the previous call's global batch, or
@@ -237,13 +275,14 @@ def resolve(options: Options, rows: int, width: int, itemsize: int, views: int =
         rows: this rank's samples; ``width``, ``itemsize``: its embeddings' width and bytes per element.
         views: anchors per sample (see :func:`auto_strategy`).
         key: the function's name: a function's calls remember their batch per name and process group.
+        family: the loss (see :func:`auto_strategy`); ``None``: unknown, the ring only for memory.
     """
     if options.strategy != "auto":
         return options
     world = group_size(options.group)
     memory = options.auto
     if world == 1:
-        pick = auto_strategy(rows, rows, width, 1, itemsize, views)
+        pick = auto_strategy(rows, rows, width, 1, itemsize, views, family)
     else:
         if memory is None:
             memory = group_state(options.group).auto.setdefault(key, AutoChoice())
@@ -254,7 +293,7 @@ def resolve(options: Options, rows: int, width: int, itemsize: int, views: int =
         else:
             if memory.total < 0:
                 _agree(memory, [rows, width, itemsize], options.group)
-            pick = auto_strategy(memory.total, memory.largest, memory.width, world, memory.itemsize, views)
+            pick = auto_strategy(memory.total, memory.largest, memory.width, world, memory.itemsize, views, family)
     if memory is not None:
         memory.last, memory.call = pick, (width, itemsize)
     return options._replace(strategy=pick, auto=memory)

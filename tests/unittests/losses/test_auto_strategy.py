@@ -29,18 +29,18 @@ from tests._helpers.seeds import bounds, rand
 pytestmark = pytest.mark.timeout(300)
 
 F64 = torch.float64
-WIDTH = 1024  # wide enough that 400 rows on 3 ranks are past the crossover
+WIDTH = 1024  # wide enough that 500 rows on 3 ranks are past the crossover
 TEMPERATURE = 0.5
 SMALL = (3, 0, 5)
-LARGE = (150, 0, 250)
+LARGE = (200, 0, 300)
 #: the steps of one loss object: (rows per rank, memory budget in bytes or None for the default)
 STEPS = [(SMALL, None), (SMALL, None), (LARGE, None), (LARGE, None), (LARGE, 100), (SMALL, None)]
 #: what "auto" picks at each step, by the documented rule, worked by hand:
 #: step 0 is the first call: the ranks exchange their rows, so it decides from its own batch (8 rows: replicated);
 #: later steps decide from the previous step's batch: step 2 from a small batch (replicated), step 3 from
-#: N = 400, B_max = 250, D = 1024: (400 - 250) · 400 · (1024 + 128) = 69e6 >= 25e6 · (W - 1) = 50e6 (sharded; InfoNCE:
-#: 2 views, 800 candidates, even more); step 4's budget of 100 bytes holds no logits: ring; step 5 decides from step 4's
-#: large batch with the default budget: sharded.
+#: N = 500, B_max = 300, D = 1024: (500 - 300) · 500 · (1024 + 64) = 109e6 >= 40e6 · (W - 1) = 80e6 (sharded; InfoNCE:
+#: 2 views, 1000 candidates, even more; the ring is not faster: 1024 + 180000 / 300 > 140); step 4's budget of 100
+#: bytes holds no logits: ring; step 5 decides from step 4's large batch with the default budget: sharded.
 EXPECTED = ["replicated", "replicated", "replicated", "sharded", "ring", "sharded"]
 
 
@@ -121,8 +121,8 @@ def test_auto_walks_the_regimes_with_exact_gradients(kind: str) -> None:
 # ------------------------------------------------------------------------ every rank picks alike
 #: local batches straddling the crossover (W = 3, width 1024): judged by its own rows, rank 2 (380 of 400 rows)
 #: would shard and rank 0 (0 rows) would not; the global batch decides. (20 rows off the largest rank:
-#: (400 - 380) · 400 · 1152 = 9e6 < 50e6: replicated.) Then an even split of 400 rows, where the rank with 0 rows
-#: would still say replicated: (400 - 200) · 400 · 1152 = 92e6: sharded.
+#: (400 - 380) · 400 · 1088 = 9e6 < 80e6: replicated.) Then an even split of 400 rows, where the rank with 0 rows
+#: would still say replicated: (400 - 200) · 400 · 1088 = 87e6: sharded.
 STRADDLE = [((20, 0, 380), "replicated"), ((0, 200, 200), "sharded")]
 
 
@@ -283,30 +283,83 @@ def test_the_rule_by_hand() -> None:
     """The documented rule at points worked by hand (docs/guide/strategies.rst)."""
     from torchmetrics_diff._global.strategy import auto_strategy
 
-    # W = 2, 128 + 128 rows, width 512: (256 - 128) * 256 * 640 = 21e6 < 25e6: replicated
-    assert auto_strategy(256, 128, 512, 2) == "replicated"
-    # W = 2, 512 + 512 rows, width 64: 512 * 1024 * 192 = 101e6: sharded
-    assert auto_strategy(1024, 512, 64, 2) == "sharded"
-    # W = 3, 3 x 128 rows, width 512: 256 * 384 * 640 = 63e6 >= 50e6: sharded; width 64: 19e6: replicated
-    assert auto_strategy(384, 128, 512, 3) == "sharded"
-    assert auto_strategy(384, 128, 64, 3) == "replicated"
+    # W = 2, 256 + 256 rows, width 128: (512 - 256) · 512 · (128 + 64) = 25.2e6 < 40e6: replicated; width 256: 41.9e6
+    assert auto_strategy(512, 256, 128, 2) == "replicated"
+    assert auto_strategy(512, 256, 256, 2) == "sharded"
+    # W = 3, 3 x 128 rows, width 512: 256 · 384 · 576 = 56.6e6 < 80e6: replicated; 3 x 192 rows: 127e6: sharded
+    assert auto_strategy(384, 128, 512, 3) == "replicated"
+    assert auto_strategy(576, 192, 512, 3) == "sharded"
     # memory: 16384 x 16384 float32 logits and gradient = 2 GiB > 1 GiB replicated; sharded at W = 2: 1 GiB fits
+    # (for a loss of unknown family; CLIP's ring is faster there: below)
     assert auto_strategy(16384, 8192, 64, 2) == "sharded"
     # float64 doubles it: the sharded block no longer fits
     assert auto_strategy(16384, 8192, 64, 2, itemsize=8) == "ring"
     # one rank: replicated (the plain loss), ring when the N x N logits would not fit
     assert auto_strategy(100, 100, 64, 1) == "replicated"
     assert auto_strategy(16384, 16384, 64, 1) == "ring"
-    # beyond three ranks each further rank costs one hop, 5e5: W = 4, 4 x 128 rows, width 64:
-    # 384 * 512 * 192 = 37.7e6 < 25e6 * 2 + 5e5 = 50.5e6: replicated; width 128: 50.3e6, replicated; 129: sharded
-    assert auto_strategy(512, 128, 64, 4) == "replicated"
-    assert auto_strategy(512, 128, 128, 4) == "replicated"
-    assert auto_strategy(512, 128, 129, 4) == "sharded"
-    # W = 1024, 4 rows of width 8 per rank: 4092 * 4096 * 136 = 2.28e9 >= 25e6 * 2 + 5e5 * 1021 = 5.6e8: sharded
-    # (by the fitted per-peer cost alone, 25e6 * 1023 = 2.6e10, it was replicated: N x N logits on every rank)
+    # beyond three ranks each further rank costs one hop, 5e5: W = 4, 4 x 128 rows: 384 · 512 · (D + 64) against
+    # 40e6 · 2 + 5e5 = 80.5e6: width 345: 80.41e6, replicated; width 346: 80.61e6, sharded
+    assert auto_strategy(512, 128, 345, 4) == "replicated"
+    assert auto_strategy(512, 128, 346, 4) == "sharded"
+    # W = 1024, 4 rows of width 8 per rank: 4092 · 4096 · 72 = 1.21e9 >= 40e6 · 2 + 5e5 · 1021 = 5.9e8: sharded
+    # (by the fitted per-peer cost alone, 40e6 · 1023 = 4.1e10, it was replicated: N x N logits on every rank)
     assert auto_strategy(4096, 4, 8, 1024) == "sharded"
-    # W = 256, 4 rows of width 8: 1020 * 1024 * 136 = 1.42e8 < 5e7 + 5e5 * 253 = 1.77e8: replicated
+    # W = 256, 4 rows of width 8: 1020 · 1024 · 72 = 7.5e7 < 8e7 + 5e5 · 253 = 2.07e8: replicated
     assert auto_strategy(1024, 4, 8, 256) == "replicated"
+
+
+def test_the_ring_is_picked_for_its_speed_by_family_and_width() -> None:
+    """The ring instead of the one logit block where D + 180000 / B_max <= 140 for CLIP and SigLIP; never for its
+    speed for SupCon and InfoNCE, nor for a loss of unknown family (the default): only for memory."""
+    from torchmetrics_diff._global.strategy import auto_strategy
+
+    # 4096 rows per rank at W = 2: width 64: 64 + 44 = 108 <= 140, the ring; width 128: 172, sharded
+    for family in ("clip", "siglip"):
+        assert auto_strategy(8192, 4096, 64, 2, family=family) == "ring"
+        assert auto_strategy(8192, 4096, 128, 2, family=family) == "sharded"
+    # 2048 rows: width 32: 120, the ring; width 64: 152, sharded; 1024 rows: 64 + 176 = 240, sharded
+    assert auto_strategy(4096, 2048, 32, 2, family="clip") == "ring"
+    assert auto_strategy(4096, 2048, 64, 2, family="clip") == "sharded"
+    assert auto_strategy(2048, 1024, 64, 2, family="clip") == "sharded"
+    # SupCon and InfoNCE (whose kernels SupCon's are), and no family: sharded
+    assert auto_strategy(8192, 4096, 64, 2, family="supcon") == "sharded"
+    assert auto_strategy(8192, 4096, 64, 2, views=2, family="supcon") == "sharded"
+    assert auto_strategy(8192, 4096, 64, 2, views=2, family="info_nce") == "sharded"
+    assert auto_strategy(8192, 4096, 64, 2) == "sharded"
+    # only where the one block would run: small batches stay replicated whatever the family
+    assert auto_strategy(512, 256, 64, 2, family="clip") == "replicated"
+    # the anchors of the largest rank count: 4096 rows on one rank of an uneven split, width 64: the ring
+    assert auto_strategy(6144, 4096, 64, 3, family="siglip") == "ring"
+    # one rank: the ring against the plain loss, by the same rule (B_max = N)
+    assert auto_strategy(4096, 4096, 64, 1, family="clip") == "ring"
+    assert auto_strategy(2048, 2048, 64, 1, family="clip") == "replicated"
+    assert auto_strategy(4096, 4096, 128, 1, family="clip") == "replicated"
+    # memory still decides first where the block would not fit: SupCon at float64, 16384 x 8192
+    assert auto_strategy(16384, 8192, 64, 2, itemsize=8, family="supcon") == "ring"
+
+
+def test_auto_picks_on_the_measured_grid() -> None:
+    """The picks at representative cells of the grid measured by ``benchmarks/bench_auto.py`` (W = 2 gloo ranks,
+    float32, docs/guide/strategies.rst): each pick was the fastest fixed strategy there, or within 1.15x of it."""
+    from torchmetrics_diff._global.strategy import auto_strategy
+
+    # (rows per rank, width) -> the pick per family (clip, siglip, supcon), as measured fastest (bench_auto.py)
+    grid = {
+        (64, 64): ("replicated", "replicated", "replicated"),
+        (64, 512): ("replicated", "replicated", "replicated"),
+        (256, 64): ("replicated", "replicated", "replicated"),  # SigLIP: 5-25 % faster than sharded
+        (256, 128): ("replicated", "replicated", "replicated"),
+        (256, 512): ("sharded", "sharded", "sharded"),
+        (1024, 64): ("sharded", "sharded", "sharded"),
+        (1024, 512): ("sharded", "sharded", "sharded"),
+        (4096, 64): ("ring", "ring", "sharded"),  # CLIP, SigLIP: the ring 0.8-0.9x sharded; SupCon's 1.3-1.5x
+        (4096, 128): ("sharded", "sharded", "sharded"),
+        (4096, 512): ("sharded", "sharded", "sharded"),
+    }
+    for (rows, width), picks in grid.items():
+        for family, expected in zip(("clip", "siglip", "supcon"), picks):
+            got = auto_strategy(2 * rows, rows, width, 2, family=family)
+            assert got == expected, (rows, width, family, got, expected)
 
 
 # ------------------------------------------------------------- what auto adds to a call: one exchange, once
