@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 
 from torchmetrics_diff.distributed import _call
 
@@ -36,6 +37,28 @@ DATA_SHAPED = ("unique", "bincount", "nonzero", "masked_select")
 def _is_mask(index: Any) -> bool:
     items = index if isinstance(index, tuple) else (index,)
     return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)
+
+
+class _MaskIndexing(TorchFunctionMode):
+    """Counts ``tensor[bool mask]`` (``"__getitem__"``) in a :func:`counting` block."""
+
+    def __init__(self, counts: Counter, in_header: list[bool]) -> None:
+        super().__init__()
+        self.counts, self.in_header = counts, in_header
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func is torch.Tensor.__getitem__ and len(args) > 1:
+            if self.in_header[0]:
+                if isinstance(args[0], torch.Tensor) and args[0].device.type != "cpu":
+                    raise AssertionError(f"the call header read a {args[0].device} tensor: a device round trip")
+            elif _is_mask(args[1]):
+                self.counts["__getitem__"] += 1
+            return func(*args, **(kwargs or {}))
+        self.in_header.append(True)  # (a patched method reached again through the mode: counted once, outside)
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self.in_header.pop()
 
 
 @contextmanager
@@ -57,6 +80,8 @@ def counting() -> Iterator[Counter]:
         own = name in vars(owner)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if len(in_header) > 1:  # dispatched again by the indexing mode: the outer call counted
+                return original(*args, **kwargs)
             if in_header[0]:
                 if args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cpu":
                     raise AssertionError(f"the call header read a {args[0].device} tensor: a device round trip")
@@ -74,7 +99,11 @@ def counting() -> Iterator[Counter]:
             patch(torch, name)
             if hasattr(torch.Tensor, name):
                 patch(torch.Tensor, name)
-        patch(torch.Tensor, "__getitem__", lambda self, index: _is_mask(index))
+        # indexing through a mode, not a patched ``Tensor.__getitem__``: a class attribute of that name, once set,
+        # leaves the type a sequence after it is removed (``torch.tensor([0-d tensors])`` then fails in the process)
+        mode = _MaskIndexing(counts, in_header)
+        mode.__enter__()
+        undo.append(lambda: mode.__exit__(None, None, None))
         header_read = _call._host_rows
 
         def header(*args: Any, **kwargs: Any) -> Any:
