@@ -7,7 +7,9 @@ Usage (the baseline is a git revision, read from the environment; default ``d2c2
 
 Cases, on ``x = torch.randn(64)`` with no process group: ``MeanMetric`` and ``CatMetric`` called on ``x``
 (``metric(x)``, i.e. ``forward`` through ``nn.Module.__call__``), each one's ``update(x)`` followed by
-``compute()`` as one call, and plain torch ``acc += x.sum(); n += x.numel()``.
+``compute()`` as one call, plain torch ``acc += x.sum(); n += x.numel()``, and plain torch's forward (the same
+with tensor accumulators, returning ``x.mean()``: bench_sync's reference, against which ``MeanMetric.forward``
+must cost at most 2.5x in the fastest blocks, the figure of a quiet machine).
 
 How: the baseline revision is checked out with ``git worktree add --detach`` into a temporary folder (removed
 at the end). Every round starts one fresh ``python -c`` subprocess per tree, with ``PYTHONPATH`` and the working
@@ -43,7 +45,16 @@ CALLS = 2000  # calls per timed block
 WARMUP = 200  # untimed calls of each case before its first block
 CAT_SEGMENT = 10  # CatMetric update+compute: untimed reset every this many calls (its list holds <= 10 batches)
 PLAIN = "plain torch"
-CASES = ("MeanMetric.forward", "CatMetric.forward", "MeanMetric update+compute", "CatMetric update+compute", PLAIN)
+PLAIN_FORWARD = "plain torch forward"  # the same, returning the batch mean: what MeanMetric.forward does by hand
+CASES = (
+    "MeanMetric.forward",
+    "CatMetric.forward",
+    "MeanMetric update+compute",
+    "CatMetric update+compute",
+    PLAIN,
+    PLAIN_FORWARD,
+)
+FORWARD_OVER_PLAIN = 2.5  # MeanMetric.forward / plain torch forward, fastest blocks (a quiet machine's figure)
 TARGETS = {  # current / baseline, fastest blocks
     "MeanMetric.forward": 0.6,
     "CatMetric.forward": 1.05,
@@ -81,6 +92,15 @@ def plain():
     n += x.numel()
 
 
+total, count = torch.zeros(()), torch.zeros(())
+
+
+def plain_forward():  # (bench_sync's plain forward: tensor accumulators, as a metric's states are)
+    total.add_(x.sum())
+    count.add_(x.numel())
+    return x.mean()
+
+
 def plain_reset():
     global acc, n
     acc = torch.zeros(())
@@ -104,6 +124,7 @@ cases = {  # name: (one call, untimed reset, calls between resets)
     "MeanMetric update+compute": (mean_update_compute, mean_upd.reset, calls),
     "CatMetric update+compute": (cat_update_compute, cat_upd.reset, cfg["cat_segment"]),
     "plain torch": (plain, plain_reset, calls),
+    "plain torch forward": (plain_forward, plain_reset, calls),
 }
 assert torch.allclose(mean_fwd(x), x.mean()) and torch.equal(cat_fwd(x), x)  # the paths compute what they should
 for fn, reset, every in cases.values():
@@ -226,8 +247,16 @@ def main(args: Any) -> list[Check]:
         f"before each block, CatMetric update+compute also every {CAT_SEGMENT} calls (its list holds <= "
         f"{CAT_SEGMENT} batches; CatMetric.forward's <= {CALLS})",
         "x = torch.randn(64), no process group (W = 1); forward is metric(x); plain torch: acc += x.sum(); "
-        "n += x.numel()",
+        "n += x.numel(); plain torch forward: total.add_(x.sum()); count.add_(x.numel()); return x.mean() (tensor "
+        "accumulators, as in bench_sync)",
+        "MeanMetric.forward / plain torch forward: "
+        f"baseline {fx(ratio(base['MeanMetric.forward'], base[PLAIN_FORWARD]))}, "
+        f"current {fx(ratio(cur['MeanMetric.forward'], cur[PLAIN_FORWARD]))}",
     ]
     headers = ["case", "baseline µs", "current µs", "current / baseline", "baseline / torch", "current / torch"]
     print(table("Metric hot paths: current vs baseline, W = 1", headers, rows, notes))
-    return [Check(f"{name}: current / baseline", ratio(cur[name], base[name]), "<=", t) for name, t in TARGETS.items()]
+    checks = [
+        Check(f"{name}: current / baseline", ratio(cur[name], base[name]), "<=", t) for name, t in TARGETS.items()
+    ]
+    forward = ratio(cur["MeanMetric.forward"], cur[PLAIN_FORWARD])
+    return [*checks, Check("MeanMetric.forward: current / plain torch forward", forward, "<=", FORWARD_OVER_PLAIN)]

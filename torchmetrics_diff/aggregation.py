@@ -13,7 +13,6 @@ says otherwise). See :doc:`/guide/mixed_precision`.
 
 from __future__ import annotations
 
-import functools
 import warnings
 from typing import Any, Callable, Union
 
@@ -22,15 +21,12 @@ import torch
 from torchmetrics_diff._batch_step import QuietBatchValue
 from torchmetrics_diff.distributed._compile import compiling
 from torchmetrics_diff.distributed._reductions import as_rows
-from torchmetrics_diff.functional._checks import acc_dtype
+from torchmetrics_diff.functional._checks import HALF, acc_dtype
 from torchmetrics_diff.metric import _EAGER_STEP, Metric, _tracing, dim_zero_cat
 
 NanStrategy = Union[str, float]
 _NAN_STRATEGIES = ("error", "warn", "ignore", "disable")
-
-# ``acc_dtype`` with its answer kept per dtype (an immutable key), for the code that only runs eagerly: Dynamo would
-# warn about a cached function in traced code, which calls ``acc_dtype`` itself
-_eager_acc_dtype = functools.lru_cache(maxsize=None)(acc_dtype)
+_SUMMED_AS_IS = (torch.float32, torch.float64)  # the dtypes a sum keeps (half precision is summed in float32)
 
 
 def _sum(value: torch.Tensor) -> torch.Tensor:
@@ -148,7 +144,7 @@ class BaseAggregator(QuietBatchValue, Metric):
         ``total`` itself: the add of a zero is skipped."""
         states = self.__dict__
         state: torch.Tensor = states[name]
-        if state is self._defaults[name] and total.dtype == state.dtype and total.device == state.device:
+        if state is self._defaults[name] and total.dtype is state.dtype and total.device == state.device:
             states[name] = total
         else:
             states[name] = state + total
@@ -165,12 +161,12 @@ class BaseAggregator(QuietBatchValue, Metric):
             return None
         if self.__dict__["_in_lifecycle"] is not _EAGER_STEP and compiling():  # (_tracing, inline: forward's path)
             return None
-        # (NaN != NaN; count_nonzero: the int64 count a sum of the booleans gives, without its cast)
+        # (NaN != NaN; count_nonzero: the int64 count a sum of the booleans gives, in a third of its time)
         kept = (value == value).count_nonzero() if counted or strategy == "warn" else None
         if kept is not None and strategy == "warn":
             self._count_kept(value.numel(), kept)
-        acc = _eager_acc_dtype(value.dtype)
-        return (value.nansum() if acc == value.dtype else value.nansum(dtype=acc)), kept
+        # (a real floating value here: only half precision is summed in another dtype, float32)
+        return (value.nansum(dtype=torch.float32) if value.dtype in HALF else value.nansum()), kept
 
     def _warn_nans(self) -> None:
         """Warn about the NaNs ``"warn"`` dropped since the last report: one host read, at ``compute()`` or
@@ -504,9 +500,28 @@ class MeanMetric(BaseAggregator):
             RuntimeError: a NaN with ``nan_strategy="error"``.
             ValueError: ``weight`` cannot be broadcast to ``value``.
         """
+        state = self.__dict__
+        if state["_in_lifecycle"] is _EAGER_STEP and weight.__class__ is float and value.__class__ is torch.Tensor:
+            # forward's eager step, its batch states the zero defaults, NaNs dropped and counted on the device: the
+            # batch's sums are the states themselves (the common step of a training loop, on its shortest path)
+            total, count = state["mean_value"], state["weight"]
+            if (
+                weight == 1.0
+                and self.nan_strategy == "warn"
+                and total is self._defaults["mean_value"]
+                and count is self._defaults["weight"]
+                and value.dtype is total.dtype
+                and total.dtype in _SUMMED_AS_IS
+            ):
+                kept = (value == value).count_nonzero()
+                self._count_kept(value.numel(), kept)
+                state["mean_value"] = value.nansum()
+                state["weight"] = kept.float() if total.dtype is torch.float32 else kept.double()
+                return
         if not (isinstance(value, torch.Tensor) and value.is_floating_point()):  # (a floating tensor is kept as it is)
             value = self._as_tensor(value)
-        scalar = isinstance(weight, (int, float)) and not isinstance(weight, bool)
+        # a Python number, not a bool (the default float first: the common case decided in one comparison)
+        scalar = weight.__class__ is float or (isinstance(weight, (int, float)) and not isinstance(weight, bool))
         traced_ignore = self.nan_strategy == "ignore" and _tracing(self)  # NaNs get weight 0: the weighted path
         # the common case: a finite scalar weight, no weight tensor (NaN != NaN)
         if scalar and weight == weight and not traced_ignore:
@@ -515,7 +530,9 @@ class MeanMetric(BaseAggregator):
                 nan_free, kept = fast
                 if weight == 1:
                     self._add_to("mean_value", nan_free)
-                    self.weight = self.weight + kept  # (an int64 count: the add gives the state's floating dtype)
+                    # (the int64 count in the state's dtype: ``.float()`` costs half of ``.to()``)
+                    dtype = self.weight.dtype
+                    self._add_to("weight", kept.float() if dtype is torch.float32 else kept.to(dtype))
                 else:
                     self._add_to("mean_value", nan_free * weight)
                     self._add_to("weight", kept * weight)

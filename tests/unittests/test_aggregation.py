@@ -173,3 +173,38 @@ def test_nan_warn_is_reported_at_compute_or_reset(cls: type) -> None:
     expected_batch = {SumMetric: 4.0, MeanMetric: 2.0, MinMetric: 1.0, MaxMetric: 3.0}[cls]
     expected = {SumMetric: 9.0, MeanMetric: 3.0, MinMetric: 1.0, MaxMetric: 5.0}[cls]
     assert batch_value.item() == expected_batch and value.item() == expected
+
+
+@pytest.mark.parametrize("cls", [SumMetric, MeanMetric])
+def test_nan_warn_count_is_exact_over_many_steps_and_large_batches(cls: type) -> None:
+    """``"warn"`` counts exactly, on the device: over hundreds of ``forward``/``update`` steps, and in a float64
+    metric fed a batch of more than 2**24 values (more than a float32 count holds exactly); a mean's weight is the
+    number of values kept. The expected count is the NaNs put in, counted here."""
+    rows = torch.arange(1000, dtype=torch.float32)
+    rows[::7] = float("nan")
+    per_batch = int(torch.isnan(rows).sum())  # 143
+    metric = cls()
+    steps = 700
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(steps):
+            metric(rows) if step % 2 else metric.update(rows)
+        value = metric.compute()
+    assert [str(w.message).split(" NaN")[0] for w in caught] == [f"{cls.__name__}: {per_batch * steps}"]
+    clean = rows[~torch.isnan(rows)].double()
+    expected = clean.mean() if cls is MeanMetric else clean.sum() * steps
+    torch.testing.assert_close(value.double(), expected, rtol=1e-5, atol=0)  # (float32 states, 700 adds)
+    if cls is MeanMetric:
+        assert metric.weight.item() == (1000 - per_batch) * steps  # exact in float32: 598,500 < 2**24
+
+    metric = cls().set_dtype(torch.float64)
+    big = torch.ones(2**24 + 3)
+    big[:5] = float("nan")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metric.update(big)
+        metric(rows)
+        metric.compute()
+    assert [str(w.message).split(" NaN")[0] for w in caught] == [f"{cls.__name__}: {5 + per_batch}"]
+    if cls is MeanMetric:
+        assert metric.weight.dtype == torch.float64 and metric.weight.item() == 2**24 + 3 - 5 + 1000 - per_batch

@@ -101,41 +101,62 @@ def test_a_killed_rank_is_named_on_every_survivor_at_once(world_size: int, mode:
     assert not problems, f"rank {victim} killed {delay:.2f} s into the loop:\n" + "\n".join(problems)
 
 
-def _extra_rank_waits_on_a_partner_gone_elsewhere(rank: int, world: int, exchange: str) -> dict[str, Any]:
+def _extra_rank_waits_on_a_partner_gone_elsewhere(rank: int, world: int, exchange: str, late: float) -> dict[str, Any]:
     """W = 3 over point-to-point exchanges: rank 2 (beyond the largest power of two) hands its block to rank 0
-    first; rank 0 is not there (another call of the real loop) but sees rank 1 leave, and sends its notices."""
+    first; rank 0 is not there (another call of the real loop) but sees rank 1 leave, and sends its notices.
+    ``late``: rank 2 enters its exchange that many seconds after the notices were sent (busy elsewhere)."""
     import torch.distributed as dist
 
     from torchmetrics_diff.distributed import _hosts
 
     host = _hosts.make_host(lambda: dist.group.WORLD, rank, world)
+    store = dist.distributed_c10d._get_default_store()
     buf = torch.zeros(64, dtype=torch.uint8 if exchange == "all_gather" else torch.int64)
     started = time.time()
     try:
         if rank == 2:
+            store.set("rank 2 is here", "")
+            time.sleep(late)
+            started = time.time()
             if exchange == "all_gather":
                 _hosts.RING_MAX_RANKS = 0  # (this process only: the log-depth path at W = 3)
                 _hosts.all_gather(host, torch.zeros(3 * 64, dtype=torch.uint8), buf)
             else:
                 _hosts.max_reduce(host, buf)
         elif rank == 0:
-            time.sleep(0.5)  # rank 2 is waiting by now
-            raise host.departed(1, "Connection closed by peer (what gloo would say)")
+            store.wait(["rank 2 is here"])
+            time.sleep(0.5)  # rank 2 is waiting by now (late = 0)
+            try:
+                raise host.departed(1, "Connection closed by peer (what gloo would say)")
+            finally:  # this rank's host lives on, as a group's does: its notices are delivered when rank 2 receives
+                store.wait(["rank 2 is done"])
         else:
-            time.sleep(3.0)  # rank 1 stays alive and out of the way: only rank 0's notice can end rank 2's wait
+            store.wait(["rank 2 is done"])  # rank 1 stays alive and out of the way: only rank 0's notice can end it
             return {"kind": "none", "waited": 0.0, "rank": None}
     except Exception as err:
         return {"kind": type(err).__name__, "waited": time.time() - started, "rank": getattr(err, "rank", None)}
+    finally:
+        if rank == 2:
+            store.set("rank 2 is done", "")
     return {"kind": "none", "waited": time.time() - started, "rank": None}
 
 
+@pytest.mark.parametrize("late", [0.0, 1.5])
 @pytest.mark.parametrize("exchange", ["max_reduce", "all_gather"])
-def test_a_rank_waiting_to_hand_over_its_block_hears_a_partners_notice(exchange: str) -> None:
+def test_a_rank_waiting_to_hand_over_its_block_hears_a_partners_notice(exchange: str, late: float) -> None:
     # (CI once saw rank 8 of 9 wait the whole 30 s timeout in the fingerprint exchange: it sent to rank 0 before
     # receiving, and a gloo send completes only once the peer posts its receive, which rank 0, gone to another
-    # call, never did; a notice completes a posted receive only)
+    # call, never did; a notice completes a posted receive only. late = 1.5: a notice sent before the partner
+    # posts its receive waits for it; it is lost only if the sender's host is freed first, which the test's host
+    # once was when rank 0 returned, under load)
     results = run_once_with_departures(
-        _extra_rank_waits_on_a_partner_gone_elsewhere, 3, exchange, pg_timeout=PG_TIMEOUT, forked=True, timeout=120.0
+        _extra_rank_waits_on_a_partner_gone_elsewhere,
+        3,
+        exchange,
+        late,
+        pg_timeout=PG_TIMEOUT,
+        forked=True,
+        timeout=120.0,
     )
     res = results[2]
     assert isinstance(res, dict), res
