@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -21,6 +22,13 @@ from tests._helpers.seeds import F64, generator, rand
 IMAGE = (1, 16, 16)  # one channel, 16 x 16: SSIM's 11 x 11 window fits
 SIGNAL = 64  # audio samples per row
 WORDS = ("the", "cat", "sat", "on", "a", "mat", "dog", "ran")
+
+
+def quiet_torchmetrics() -> None:
+    """Silence torchmetrics' user and deprecation warnings in this process (a rank's body: the tests' own
+    ``filterwarnings`` marks do not reach the ranks)."""
+    warnings.filterwarnings("ignore", category=UserWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 class AdapterCase(NamedTuple):

@@ -30,7 +30,6 @@ import importlib.machinery
 import pickle
 import sys
 import types
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +37,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests._helpers.adapter_cases import quiet_torchmetrics
 from tests._helpers.checks import Checks, assert_no_failures
 from tests._helpers.collectives import record_collectives
 from tests._helpers.harness import run_distributed
@@ -54,11 +54,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::FutureWarning"),
 ]
-
-
-def _quiet() -> None:
-    warnings.filterwarnings("ignore", category=UserWarning)
-    warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 # ------------------------------------------------------------------------------------------ the FID family
@@ -143,7 +138,7 @@ def _generative_body(rank: int, world: int) -> dict:
     between ``sync()`` and ``unsync()``); the bytes a ``compute`` sent and whether the extractor's mark survived."""
     from torchmetrics_diff.wrappers import Synced
 
-    _quiet()
+    quiet_torchmetrics()
     checks = Checks(f"W={world} rank {rank} ")
     out: dict = {}
     for layout in IMAGE_LAYOUTS:
@@ -181,7 +176,7 @@ def test_the_fid_family_equals_torchmetrics_on_every_image(world_size: int) -> N
     process on the concatenated images on every rank, the rank without images included; after ``reset()`` with
     ``reset_real_features=False`` and new fake images, it equals torchmetrics' after its own ``reset``; no
     ``compute`` sends the extractor (a 1 MiB buffer) and each rank's mark on it survives."""
-    _quiet()
+    quiet_torchmetrics()
     results = run_distributed(_generative_body, world_size, timeout=240)
     checks = Checks(f"W={world_size} ")
     for layout in IMAGE_LAYOUTS:
@@ -287,7 +282,7 @@ def _map_body(rank: int, world: int) -> dict:
     ``forward``), and of torchmetrics' own sync (two images on every rank: it needs as many on each)."""
     from torchmetrics_diff.wrappers import Synced
 
-    _quiet()
+    quiet_torchmetrics()
     out: dict = {}
     with stand_in_box_convert() as MeanAveragePrecision:
         for layout, all_sizes in MAP_LAYOUTS.items():
@@ -335,7 +330,7 @@ def test_mean_average_precision_equals_torchmetrics_on_every_image(world_size: i
     batches of one size in the steady state. torchmetrics' own sync takes 21 per image on each rank (3 for each
     of its 7 non-empty lists: 42 for two images, 84 for four), and needs as many images on every rank.
     """
-    _quiet()
+    quiet_torchmetrics()
     results = run_distributed(_map_body, world_size, timeout=240)
     checks = Checks(f"W={world_size} ")
     with stand_in_box_convert() as MeanAveragePrecision:

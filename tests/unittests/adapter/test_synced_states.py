@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import copy
 import pickle
-import warnings
 from typing import Any, Callable, NamedTuple
 
 import pytest
 import torch
 
-from tests._helpers.adapter_cases import value_cases
+from tests._helpers.adapter_cases import quiet_torchmetrics, value_cases
 from tests._helpers.checks import Checks, assert_no_failures
 from tests._helpers.harness import run_distributed
 from tests._helpers.seeds import F64, generator, rand
@@ -45,11 +44,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::FutureWarning"),
 ]
-
-
-def _quiet() -> None:
-    warnings.filterwarnings("ignore", category=UserWarning)
-    warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 # ------------------------------------------------------------------------------------ recording what compute sees
@@ -182,7 +176,7 @@ def test_unsynced_list_states_reach_compute_as_torchmetrics_holds_them() -> None
     list states exactly as torchmetrics' own metric holds them, one item per append, and returns its value."""
     from torchmetrics_diff.wrappers import Synced
 
-    _quiet()
+    quiet_torchmetrics()
     checks = Checks()
     for name, case in LIST_CASES.items():
         cls, kwargs = case.build()
@@ -271,7 +265,7 @@ def test_every_list_state_class_syncs_to_what_torchmetrics_own_sync_leaves() -> 
     from torchmetrics_diff.wrappers import Synced
     from torchmetrics_diff.wrappers.synced import _refusal
 
-    _quiet()
+    quiet_torchmetrics()
 
     def gather(t: torch.Tensor, group: Any = None) -> list[torch.Tensor]:
         return [t, t.clone()]
@@ -306,7 +300,7 @@ def _forms_body(rank: int, world: int) -> dict:
     and for the adapter synced by our engine, compared here; our value goes back for the one-process reference."""
     from torchmetrics_diff.wrappers import Synced
 
-    _quiet()
+    quiet_torchmetrics()
     checks = Checks(f"W={world} rank {rank} ")
     values: dict = {}
     for name, case in LIST_CASES.items():
@@ -340,7 +334,7 @@ def test_synced_list_states_reach_compute_as_torchmetrics_own_sync_leaves_them(w
     """At W ranks (two uneven updates per rank; for ``cat`` lists of floats also a rank without any): the states
     torchmetrics' ``compute`` sees through the adapter are those torchmetrics' own sync gives it (type, items,
     shapes, dtypes, values, bit for bit), and the value equals torchmetrics in one process on every rank's data."""
-    _quiet()
+    quiet_torchmetrics()
     results = run_distributed(_forms_body, world_size, timeout=240)
     checks = Checks(f"W={world_size} ")
     for name, case in LIST_CASES.items():
@@ -468,7 +462,7 @@ def _mean_iou_body(rank: int, world: int) -> dict:
     by ``update`` into an adapter that syncs at ``compute`` only."""
     from torchmetrics_diff.wrappers import Synced
 
-    _quiet()
+    quiet_torchmetrics()
     stepper, plain = Synced(_mean_iou(), dist_sync_on_step=True), Synced(_mean_iou())
     steps = []
     for i in range(3):
@@ -534,7 +528,7 @@ def _ssim_body(rank: int, world: int, sizes: list[int]) -> dict:
     ``forward`` in float64 whose value is the loss: its value, whether it has a graph, the input's gradient."""
     from torchmetrics_diff.wrappers import Synced
 
-    _quiet()
+    quiet_torchmetrics()
     lo, hi = sum(sizes[:rank]), sum(sizes[: rank + 1])
     preds, target = value_cases()["SSIM"].rows(sum(sizes), "ssim empty rank")
     accumulated = Synced(_ssim()).set_dtype(F64)
