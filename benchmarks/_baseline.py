@@ -1,6 +1,6 @@
 """A baseline revision beside the working tree: a temporary ``git worktree`` and fresh subprocesses per tree.
 
-The approach of ``bench_forward.py``, as helpers: :func:`baseline_worktree` checks the revision out with
+Shared by ``bench_forward.py`` and ``check_compat.py``: :func:`baseline_worktree` checks the revision out with
 ``git worktree add --detach`` into a temporary folder and removes it at the end (``git worktree remove --force``,
 ``git worktree prune``), on errors and SIGTERM as well; :func:`run_in_tree` runs a fresh interpreter with
 ``PYTHONPATH`` and the working folder set to one tree, so ``import torchmetrics_diff`` resolves to that tree.

@@ -28,19 +28,13 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
+from _baseline import DEFAULT_BASELINE, REPO, assert_imported_from, baseline_worktree, package_dirty, run_in_tree
+from _baseline import git as _git
 from _timing import Check, fx, ratio, table, us
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_BASELINE = "d2c2c41"
 CALLS = 2000  # calls per timed block
 WARMUP = 200  # untimed calls of each case before its first block
 CAT_SEGMENT = 10  # CatMetric update+compute: untimed reset every this many calls (its list holds <= 10 batches)
@@ -151,25 +145,14 @@ print(json.dumps({"file": str(origin), "times": times}))
 """
 
 
-def _git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(REPO), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
 def _run_tree(tree: Path, calls: int, blocks: int) -> dict[str, Any]:
     """One fresh subprocess timing every case on ``tree``; its JSON result."""
     cfg = json.dumps(
         {"tree": str(tree), "calls": calls, "warmup": WARMUP, "blocks": blocks, "cat_segment": CAT_SEGMENT}
     )
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    # cwd=tree as well: ``python -c`` puts the working folder first on sys.path, ahead of PYTHONPATH
-    proc = subprocess.run(
-        [sys.executable, "-c", WORKER, cfg], env=env, cwd=tree, capture_output=True, text=True, timeout=300
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"timing subprocess on {tree} failed:\n{proc.stderr[-3000:]}")
+    proc = run_in_tree(tree, ["-c", WORKER, cfg])
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if tree.resolve() not in Path(result["file"]).resolve().parents:
-        raise RuntimeError(f"the subprocess for {tree} imported torchmetrics_diff from {result['file']}")
+    assert_imported_from(tree, result["file"])
     return result
 
 
@@ -187,27 +170,16 @@ def _machine() -> str:
     return f"{model}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, load average {load}"
 
 
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(args: Any) -> list[Check]:
     quick = getattr(args, "quick", False)
     rounds, blocks = (5, 2) if quick else (9, 3)
     rev = os.environ.get("BENCH_BASELINE", DEFAULT_BASELINE)
     base_hash = _git("rev-parse", "--short", f"{rev}^{{commit}}")
     head_hash = _git("rev-parse", "--short", "HEAD")
-    dirty = bool(_git("status", "--porcelain", "--", "torchmetrics_diff"))
-
-    # SIGTERM (e.g. from ``timeout``) ends Python without running ``finally``: raise instead, so the worktree goes
-    on_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if on_main else None
-    tmp = Path(tempfile.mkdtemp(prefix="bench_forward_"))
-    base_tree = tmp / "baseline"
+    dirty = package_dirty()
     best: dict[str, dict[str, float]] = {"baseline": {}, "current": {}}
     files: dict[str, str] = {}
-    try:
-        _git("worktree", "add", "--detach", str(base_tree), base_hash)
+    with baseline_worktree(base_hash, prefix="bench_forward_") as (_, base_tree):
         trees = {"baseline": base_tree, "current": REPO}
         for i in range(rounds):
             order = ("baseline", "current") if i % 2 == 0 else ("current", "baseline")
@@ -216,12 +188,6 @@ def main(args: Any) -> list[Check]:
                 files[side] = result["file"]
                 for name, times in result["times"].items():
                     best[side][name] = min(best[side].get(name, float("inf")), *times)
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base_tree)], capture_output=True)
-        subprocess.run(["git", "-C", str(REPO), "worktree", "prune"], capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if on_main:
-            signal.signal(signal.SIGTERM, previous)
 
     base, cur = best["baseline"], best["current"]
     rows = [
