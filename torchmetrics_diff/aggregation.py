@@ -504,19 +504,20 @@ class MeanMetric(BaseAggregator):
         if state["_in_lifecycle"] is _EAGER_STEP and weight.__class__ is float and value.__class__ is torch.Tensor:
             # forward's eager step, its batch states the zero defaults, NaNs dropped and counted on the device: the
             # batch's sums are the states themselves (the common step of a training loop, on its shortest path)
-            total, count = state["mean_value"], state["weight"]
+            sums: torch.Tensor = state["mean_value"]
+            weights: torch.Tensor = state["weight"]
             if (
                 weight == 1.0
                 and self.nan_strategy == "warn"
-                and total is self._defaults["mean_value"]
-                and count is self._defaults["weight"]
-                and value.dtype is total.dtype
-                and total.dtype in _SUMMED_AS_IS
+                and sums is self._defaults["mean_value"]
+                and weights is self._defaults["weight"]
+                and value.dtype is sums.dtype
+                and sums.dtype in _SUMMED_AS_IS
             ):
                 kept = (value == value).count_nonzero()
                 self._count_kept(value.numel(), kept)
                 state["mean_value"] = value.nansum()
-                state["weight"] = kept.float() if total.dtype is torch.float32 else kept.double()
+                state["weight"] = kept.float() if sums.dtype is torch.float32 else kept.double()
                 return
         if not (isinstance(value, torch.Tensor) and value.is_floating_point()):  # (a floating tensor is kept as it is)
             value = self._as_tensor(value)

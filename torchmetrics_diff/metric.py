@@ -665,7 +665,7 @@ class Metric(nn.Module):
             if self._merged_by_reduction:  # finish: merge the batch states, detached, into the accumulated ones
                 count = state["_eager_count"] + int(state["_traced_count"]) if self._weighs_count else 1
                 owner = type(self).__name__
-                merged = {}
+                merged: dict[str, Any] = {}
                 for name, fx in self._reductions.items():
                     new, old = batch[name], accumulated[name]
                     if not isinstance(new, torch.Tensor) or new.requires_grad:
