@@ -68,8 +68,8 @@ def _public_bases(app: object, name: str, obj: type, options: object, bases: lis
             todo[:0] = [b for b in base.__bases__ if b not in public and b not in todo]
         elif base not in public:
             public.append(base)
-    # a private base's own bases can be ancestors of another base (``class BinaryAccuracy(_BinaryStatScores,
-    # Accuracy)``, ``_BinaryStatScores`` a ``Metric``): they say nothing that base does not
+    # a private base's own bases can be ancestors of another base (a private base deriving from ``Metric`` beside
+    # a public ``Metric`` subclass, say): they say nothing that base does not
     public = [b for b in public if not any(c is not b and issubclass(c, b) for c in public)]
     bases[:] = [
         f":py:class:`torch.nn.{b.__name__}`"
