@@ -514,11 +514,11 @@ class MeanMetric(BaseAggregator):
                 and value.dtype is sums.dtype
                 and sums.dtype in _SUMMED_AS_IS
             ):
-                kept = (value == value).count_nonzero()
-                self._count_kept(value.numel(), kept)
-                state["mean_value"] = value.nansum()
-                state["weight"] = kept.float() if sums.dtype is torch.float32 else kept.double()
-                return
+                fast = self._nan_free_total(value, counted=True)  # (never None here: a real value, eagerly)
+                if fast is not None:
+                    state["mean_value"], kept = fast
+                    state["weight"] = kept.float() if sums.dtype is torch.float32 else kept.double()
+                    return
         if not (isinstance(value, torch.Tensor) and value.is_floating_point()):  # (a floating tensor is kept as it is)
             value = self._as_tensor(value)
         # a Python number, not a bool (the default float first: the common case decided in one comparison)

@@ -213,14 +213,9 @@ def _standin_for(real: type) -> type:
             "__qualname__": real.__qualname__,
             "__doc__": real.__doc__,
         }
-        for name in (
-            "is_differentiable",
-            "higher_is_better",
-            "full_state_update",
-            "plot_lower_bound",
-            "plot_upper_bound",
-            "plot_legend_name",
-        ):
+        from torchmetrics_diff.metric import _CONSTANTS  # the class-level facts torchmetrics' metrics declare
+
+        for name in sorted(_CONSTANTS):
             if hasattr(real, name):
                 attrs[name] = getattr(real, name)
         standin = _StandInMeta(real.__name__, (object,), attrs)
