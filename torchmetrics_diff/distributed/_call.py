@@ -187,12 +187,13 @@ def _counted(counted: tuple[int, int] | None, epoch: int) -> tuple[int, tuple[in
     return n, (epoch, n + 1)
 
 
-def opening(counted: tuple[int, int] | None, group: Group) -> tuple[int, tuple[int, int], int]:
-    """For an object's call about to exchange its header on ``group``: :func:`fresh_count` and
-    :func:`inline_capacity`, from one look-up of the group's state (the state sync's steady path)."""
+def opening(counted: tuple[int, int] | None, group: Group) -> tuple[int, tuple[int, int], int, int]:
+    """For an object's call about to exchange its header on ``group``: :func:`fresh_count`,
+    :func:`inline_capacity` and this process's rank in the group, from one look-up of the group's state (the state
+    sync's steady path)."""
     state = _state(group)
     n, counted = _counted(counted, state.epoch)
-    return n, counted, state.inline if _header_route(state) == _FULL else 0
+    return n, counted, state.inline if _header_route(state) == _FULL else 0, state.rank
 
 
 def _failed_exchange(state: GroupState) -> None:

@@ -37,7 +37,6 @@ from torchmetrics_diff.distributed._autograd import scale_grad
 from torchmetrics_diff.distributed._backend import (
     Group,
     grad_enabled,
-    group_rank,
     group_size,
     set_grad_enabled,
 )
@@ -121,10 +120,9 @@ def _sync_across(
     call: str,
 ) -> dict[str, Any]:
     """:func:`sync_states` over more than one rank: see the module docstring."""
-    rank = group_rank(group)
     plan = plan if plan is not None else SyncPlan()
-    # the object's count of calls, and the bytes a CPU row may ride in the call's header exchange
-    count, plan.calls, capacity = opening(plan.calls, group)
+    # the object's count of calls, the bytes a CPU row may ride in the call's header exchange, this rank
+    count, plan.calls, capacity, rank = opening(plan.calls, group)
     device = device if device is not None else _first_device(states)
     layout = plan.layout
     if plan.key and (layout is None or not layout.fits(world, rank, device)):
