@@ -65,8 +65,9 @@ _NAME = slice(4, 11)  # what two ranks in the same call have alike: the name's h
 _SAME = np.r_[1, 2, 4:11]  # the columns every rank's header must share with rank 0's: sequence, count, name
 _SAME.flags.writeable = False
 _LENGTH, _WANT = 11, 12  # the payload's length, the inline bytes this call wanted
-# a call every rank is in, ready, with payloads of one length: every header's first _ALIKE ints are this rank's
-_ALIKE = _LENGTH + 1
+# a call every rank is in, ready, with payloads of one length and rows of one size: every header's first _ALIKE
+# ints are this rank's
+_ALIKE = _WANT + 1
 #: int64 of call metadata a header carries
 PAYLOAD = HEADER_INTS - _FIXED
 #: the largest inline area: a larger row is bandwidth-bound (a collective of its own costs little more), and every
@@ -476,7 +477,7 @@ def _full(
         return []
     if heads[:, :_ALIKE].tobytes() == ints[:_ALIKE].tobytes() * world:  # the usual case, in one comparison
         if inline:
-            _resize(state, int(heads[:, _WANT].max()))
+            _resize(state, want)  # (every rank wanted as many bytes as this one)
         return heads[:, _FIXED : _FIXED + len(payload)].tolist()
     ours = heads[:, 0] == _MAGIC
     bad = ours & (heads[:, 3] == _FAILED)
