@@ -475,7 +475,7 @@ def _full(
     if failed:  # this rank raises its own error next: the group's counts restart, as on its peers
         _failed_exchange(state)
         return []
-    if heads[:, :_ALIKE].tobytes() == ints[:_ALIKE].tobytes() * world:  # the usual case, in one comparison
+    if (heads[:, :_ALIKE] == ints[:_ALIKE]).all():  # the usual case, in one vectorised comparison
         if inline:
             _resize(state, want)  # (every rank wanted as many bytes as this one)
         return heads[:, _FIXED : _FIXED + len(payload)].tolist()

@@ -312,7 +312,7 @@ def _table(calls: list[tuple[str, int, int]]) -> Any:
 
     heads = np.zeros((len(calls), _call.HEADER_INTS), dtype=np.int64)
     for r, (name, count, seq) in enumerate(calls):
-        heads[r, :6] = (_call._MAGIC, seq, count, 0, 0, 0)
+        heads[r, :4] = (_call._MAGIC, seq, count, 0)
         heads[r, _call._NAME] = (_call._name_ids(name)[0], *_call._encode(name))
     return heads
 
